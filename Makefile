@@ -1,0 +1,35 @@
+# The README's commands. Each one sets up everything it needs on a fresh machine first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export EAGLE_ASSETS_DATA ?= $(CURDIR)/.eagle_assets_data
+
+.PHONY: install demo test ui clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU torch wheel first, so nothing pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[cpu,test]"
+	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside CPU torch.
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	mkdir -p $(DAGSTER_HOME)
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/eagle-assets demo
+
+test: install
+	$(BIN)/pytest -q
+
+ui: install
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+clean:
+	rm -rf $(VENV) .dagster_home .eagle_assets_data

@@ -1,0 +1,11 @@
+"""One module per asset family. Each exposes ``build(partitions)`` returning its Dagster definitions.
+
+Asset factories (rather than module-level assets) let the partitions follow the plugin registry,
+so a plugin registered before :func:`eagle_assets.definitions.build_definitions` runs becomes a
+partition.
+"""
+
+from eagle_assets.assets import prompts
+
+# The graph, in pipeline order; a family joins this tuple once it really works.
+ASSET_FAMILIES = (prompts,)

@@ -1,0 +1,29 @@
+"""The Dagster code location: ``dagster dev -w workspace.yaml`` loads :data:`defs`."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from eagle_assets.assets import ASSET_FAMILIES
+from eagle_assets.partitions import source_partitions
+from eagle_assets.resources import StorageRoot
+
+
+def build_definitions(resources: dict | None = None) -> dg.Definitions:
+    """Assemble the graph from the plugins registered *now*."""
+    partitions = source_partitions()
+    assets, checks, jobs = [], [], []
+    for family in ASSET_FAMILIES:
+        built = family.build(partitions)
+        assets += built.get("assets", [])
+        checks += built.get("checks", [])
+        jobs += built.get("jobs", [])
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=jobs,
+        resources={"storage": StorageRoot(), **(resources or {})},
+    )
+
+
+defs = build_definitions()

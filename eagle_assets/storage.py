@@ -1,0 +1,76 @@
+"""Crash-safe file writing and content hashing shared by every asset."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HASH_CHUNK = 1 << 20
+
+
+@contextmanager
+def atomic_path(final: Path):
+    """Yield a temporary path beside ``final``; rename it over ``final`` only if the block succeeds.
+
+    A crash leaves either the old file or the new one, never a half-written file under the real name.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet(table: pa.Table, final: Path) -> Path:
+    """Write a zstd Parquet file atomically."""
+    with atomic_path(final) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return Path(final)
+
+
+def write_json(obj, final: Path) -> Path:
+    with atomic_path(final) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    return Path(final)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def combined_hash(parts: Iterable[str | bytes]) -> str:
+    """One sha256 over several parts, each length-prefixed so that boundaries matter."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def remove_stale_temporaries(folder: Path) -> int:
+    """Delete ``.*.tmp`` files left by a crash; returns how many were removed."""
+    removed = 0
+    for tmp in Path(folder).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
