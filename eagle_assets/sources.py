@@ -18,12 +18,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class SourceUnavailable(Exception):
+    """The dataset cannot be read at all (no location, missing file, not a Parquet file, ...).
+
+    Raise it from :meth:`DatasetSource.records` or :meth:`DatasetSource.resolved_version` before any
+    row is yielded, with a message that names the location and the fix.
+    """
+
+
 @dataclass(frozen=True)
 class SkippedRow:
-    """A row that could not be used, with the reason a user can act on."""
+    """A row that could not be used, with the reason a user can act on.
+
+    ``kind`` is the counter it is reported under (see ``eagle_assets.prompt_records.SKIP_REASONS``).
+    """
 
     row: str
     reason: str
+    kind: str = "unreadable"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,179 @@
+"""The ``prompts`` asset: one dataset source, validated, de-duplicated, ided and split, as Parquet."""
+
+# No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import time
+
+import dagster as dg
+import pyarrow as pa
+from pydantic import Field
+
+from eagle_assets.plugin_manager import dataset_source, load_errors
+from eagle_assets.prompt_collection import Collection, collect
+from eagle_assets.prompt_records import DEFAULT_HELDOUT_FRACTION, SKIP_REASONS
+from eagle_assets.resources import StorageRoot
+from eagle_assets.sources import SourceUnavailable
+from eagle_assets.storage import combined_hash, write_json, write_parquet
+
+# Bump when the rows this asset writes for the same input would change.
+CODE_VERSION = "prompts-1"
+FILE_NAME = "prompts.parquet"
+SKIPPED_FILE = "skipped.json"
+EXAMPLES_SHOWN = 20
+
+PROMPTS_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("source", pa.string()),
+        ("source_id", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("reference", pa.string()),
+        ("split", pa.string()),
+        ("metadata", pa.string()),
+    ]
+)
+
+
+class PromptsConfig(dg.Config):
+    """Launchpad settings of the ``prompts`` asset."""
+
+    limit: int | None = Field(
+        default=None, ge=1, description="Keep at most this many unique prompts (a seeded uniform sample); empty = all."
+    )
+    seed: int = Field(default=0, description="Seed of the `limit` sample; the same seed keeps the same prompts.")
+    heldout_fraction: float = Field(
+        default=DEFAULT_HELDOUT_FRACTION,
+        ge=0.0,
+        lt=1.0,
+        description="Share of prompts in the held-out split (chosen from each prompt id's hash).",
+    )
+    location: str | None = Field(
+        default=None,
+        description="Where the partition's source reads from: a file, folder or glob (local sources) or a "
+        "Hugging Face dataset id; empty = the source's default.",
+    )
+
+
+def _content_hash(table: pa.Table) -> str:
+    """What downstream depends on: ids, messages (via the id), references, splits, metadata."""
+    cols = [table.column(c).to_pylist() for c in ("prompt_id", "reference", "split", "metadata")]
+    return combined_hash("\x1f".join(str(v) for v in row) for row in zip(*cols))[:16]
+
+
+def _unknown_source_failure(name: str, exc: KeyError) -> dg.Failure:
+    broken = "; ".join(f"{e.plugin}: {e.error}" for e in load_errors)
+    hint = f" Plugins that failed to load: {broken}." if broken else ""
+    return dg.Failure(description=f"{exc.args[0]}{hint}")
+
+
+def _metadata(found: Collection, table: pa.Table, path, version: str, location: str | None) -> dict:
+    by_reason = found.skipped_by_reason
+    splits = table.column("split").to_pylist()
+    meta: dict = {
+        "dagster/row_count": table.num_rows,
+        "rows_read": found.rows_read,
+        "rows_kept": table.num_rows,
+        "unique_prompts": found.unique,
+        "duplicates": found.duplicates,
+        "skipped": len(found.skips),
+        **{f"skipped_{reason}": by_reason.get(reason, 0) for reason in sorted(set(SKIP_REASONS) | set(by_reason))},
+        "train": splits.count("train"),
+        "heldout": splits.count("heldout"),
+        "with_reference": table.num_rows - table.column("reference").null_count,
+        "source_version": version,
+        "location": location or "(source default)",
+        "path": dg.MetadataValue.path(str(path)),
+        "source_complete": found.error is None,
+    }
+    if found.skips:
+        shown = "\n".join(f"- {s.message}" for s in found.skips[:EXAMPLES_SHOWN])
+        meta["skipped_examples"] = dg.MetadataValue.md(shown)
+    if found.error:
+        meta["source_error"] = found.error
+    return meta
+
+
+def build(partitions: dg.PartitionsDefinition) -> dict:
+    @dg.asset(
+        name="prompts",
+        partitions_def=partitions,
+        group_name="prompts",
+        kinds={"python", "parquet"},
+        code_version=CODE_VERSION,
+        check_specs=[
+            dg.AssetCheckSpec(
+                "source_read_completely",
+                asset="prompts",
+                blocking=True,
+                description="The source yielded every row without raising (else only a prefix was kept).",
+            ),
+            dg.AssetCheckSpec(
+                "has_prompts",
+                asset="prompts",
+                blocking=True,
+                description="At least one usable prompt was kept.",
+            ),
+        ],
+    )
+    def prompts(context: dg.AssetExecutionContext, config: PromptsConfig, storage: StorageRoot) -> dg.MaterializeResult:
+        """Chat prompts of one dataset source (the partition), each with the dataset's original answer.
+
+        Rows are validated and normalized, ided by a hash of source and messages, de-duplicated,
+        optionally sampled, and split train/held-out by id hash; skipped rows are counted by reason.
+        """
+        name = context.partition_key
+        try:
+            source = dataset_source(name)
+        except KeyError as exc:
+            raise _unknown_source_failure(name, exc) from None
+        location = config.location
+        started = time.monotonic()
+
+        def progress(found: Collection, elapsed: float) -> None:
+            context.log.info(
+                f"{name}: {found.rows_read} rows read ({found.rows_read / elapsed:.0f}/s), "
+                f"{found.unique} unique, {found.duplicates} duplicates, {len(found.skips)} skipped"
+            )
+
+        try:
+            version = source.resolved_version(location)
+            found = collect(
+                source, location, limit=config.limit, seed=config.seed,
+                heldout_fraction=config.heldout_fraction, progress=progress,
+            )
+        except SourceUnavailable as exc:
+            raise dg.Failure(description=str(exc)) from None
+
+        folder = storage.path("prompts", name)
+        table = pa.Table.from_pylist([p.as_row() for p in found.prompts], schema=PROMPTS_SCHEMA)
+        path = write_parquet(table, folder / FILE_NAME)
+        write_json([{"row": s.row, "reason": s.reason, "detail": s.detail} for s in found.skips], folder / SKIPPED_FILE)
+
+        for skip in found.skips[:EXAMPLES_SHOWN]:
+            context.log.warning(skip.message)
+        if len(found.skips) > EXAMPLES_SHOWN:
+            context.log.warning(f"{len(found.skips) - EXAMPLES_SHOWN} more skipped rows listed in {folder / SKIPPED_FILE}")
+        if found.error:
+            context.log.error(found.error)
+        elapsed = time.monotonic() - started
+        context.log.info(
+            f"{name}: kept {table.num_rows} of {found.rows_read} rows in {elapsed:.1f}s "
+            f"({found.duplicates} duplicates, {len(found.skips)} skipped) -> {path}"
+        )
+        return dg.MaterializeResult(
+            metadata=_metadata(found, table, path, version, location),
+            data_version=dg.DataVersion(_content_hash(table)),
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name="source_read_completely",
+                    passed=found.error is None,
+                    metadata={"error": found.error or "", "rows_read": found.rows_read},
+                ),
+                dg.AssetCheckResult(
+                    check_name="has_prompts",
+                    passed=table.num_rows > 0,
+                    metadata={"rows_kept": table.num_rows, "skipped": len(found.skips)},
+                ),
+            ],
+        )
+
+    return {"assets": [prompts]}
