@@ -1,0 +1,241 @@
+"""The ``transformers`` verifier backend: hidden states from a Hugging Face model on CPU or one GPU.
+
+Why it is built this way:
+
+* Forward hooks on the captured decoder layers only (not ``output_hidden_states=True``, which keeps
+  every layer alive and, in transformers 5, replaces the last entry by the *post*-norm state). The
+  final id ``n`` is the last decoder layer's output, i.e. the state before the final norm, as vLLM
+  and speculators define it.
+* Batches are bucketed by length (longest first, at most ``batch_tokens`` padded tokens) and padded
+  on the right with no attention mask: under causal attention padding never reaches the real
+  tokens, and SDPA keeps its fused causal kernel.
+* The device→host copy is the bottleneck once the forward is fast (an 8B model makes ~1 GB/s of
+  features). The hooks write into a device capture buffer; a side stream copies it into a pinned
+  host buffer while the next batch runs, and writer threads hand per-sample views to the sink.
+  Buffers are pooled, so a slow sink throttles the GPU instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eagle_assets import hookimpl
+from eagle_assets.backends import ExtractionRequest, SampleTensors, Sink, VerifierBackend
+
+# Host buffers in flight: one being filled by the copy stream, the rest being written out.
+HOST_BUFFERS = 4
+WRITER_THREADS = 8
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    """``auto``: bf16 on an accelerator (the production numerics), fp32 on CPU (bf16 matmuls are
+    slow there and fp32 states rounded to bf16 on write are closer to what a GPU computes)."""
+    import torch
+
+    if dtype == "auto":
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    return {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+            "float32": torch.float32, "fp32": torch.float32}[dtype]
+
+
+def bucket_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+    """Indices grouped longest first so that rows x longest length <= batch_tokens (one row at least)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def decoder_layers(model, num_layers: int):
+    """The decoder's layer list, wherever the architecture nests it (``model.layers``,
+    ``language_model.model.layers``, ...): the ModuleList named ``layers`` of the right length."""
+    import torch
+
+    for name, module in model.named_modules():
+        if name.split(".")[-1] == "layers" and isinstance(module, torch.nn.ModuleList) and len(module) == num_layers:
+            return module
+    raise ValueError(f"no decoder layer list of length {num_layers} found in {type(model).__name__}")
+
+
+@dataclass
+class _Buffers:
+    """Pooled capture (device) and host buffers, each sized for ``capacity`` tokens."""
+
+    capture: list
+    host: queue.Queue
+
+
+class HiddenStateExtractor:
+    """Captures ``layer_ids`` from a loaded decoder model and streams per-sample states to a sink."""
+
+    def __init__(self, model, num_layers: int, hidden_size: int, layer_ids: Sequence[int],
+                 batch_tokens: int = 16384, writer_threads: int = WRITER_THREADS):
+        import torch
+
+        self.model = model
+        self.layer_ids = list(layer_ids)
+        self.hidden_size = hidden_size
+        self.batch_tokens = batch_tokens
+        self.writer_threads = writer_threads
+        self.device = next(model.parameters()).device
+        self.cuda = self.device.type == "cuda"
+        layers = decoder_layers(model, num_layers)
+        # Module whose output is layer id k: the embeddings for 0, decoder layer k-1 otherwise.
+        self._sources = [model.get_input_embeddings() if k == 0 else layers[k - 1] for k in self.layer_ids]
+        self._target = None  # the capture view the hooks write into, set per batch
+        self._torch = torch
+
+    def _hook(self, slot: int):
+        def hook(_module, _inputs, output):
+            state = output[0] if isinstance(output, tuple) else output
+            self._target[:, : state.shape[1], slot].copy_(state)
+
+        return hook
+
+    def _alloc(self, capacity: int) -> _Buffers:
+        torch = self._torch
+        shape = (capacity, len(self.layer_ids), self.hidden_size)
+        capture = [torch.empty(shape, dtype=torch.bfloat16, device=self.device) for _ in range(2 if self.cuda else 1)]
+        host: queue.Queue = queue.Queue()
+        for _ in range(HOST_BUFFERS):
+            host.put(torch.empty(shape, dtype=torch.bfloat16, pin_memory=self.cuda))
+        return _Buffers(capture, host)
+
+    def run(self, sequences: Sequence[tuple[Any, Sequence[int]]], sink: Sink,
+            progress: Callable[[int, int], None] | None = None) -> None:
+        """Extract every sequence; returns once the sink has seen all of them (or raises the first
+        sink/forward error after the in-flight writes settle)."""
+        torch = self._torch
+        if not sequences:
+            return
+        lengths = [len(ids) for _, ids in sequences]
+        batches = bucket_batches(lengths, self.batch_tokens)
+        capacity = max(self.batch_tokens, max(lengths))
+        buffers = self._alloc(capacity)
+        handles = [src.register_forward_hook(self._hook(slot)) for slot, src in enumerate(self._sources)]
+        copy_stream = torch.cuda.Stream(device=self.device) if self.cuda else None
+        copy_done = [None] * len(buffers.capture)
+        errors: list[BaseException] = []
+        counts = {"samples": 0, "tokens": 0}
+        lock = threading.Lock()
+        pool = ThreadPoolExecutor(self.writer_threads, thread_name_prefix="hidden-states-writer")
+
+        def write(host, ready, rows, views, remaining):
+            try:
+                if ready is not None:
+                    ready.synchronize()
+                for b, i in rows:
+                    key, ids = sequences[i]
+                    sink(SampleTensors(key, views[b][: lengths[i]], torch.as_tensor(np.asarray(ids), dtype=torch.int64)))
+                    with lock:
+                        counts["samples"] += 1
+                        counts["tokens"] += lengths[i]
+                        if progress is not None:
+                            progress(counts["samples"], counts["tokens"])
+            except BaseException as exc:  # surfaced on the main thread after the pool drains
+                errors.append(exc)
+            finally:
+                with lock:
+                    remaining[0] -= 1
+                    if remaining[0] == 0:
+                        buffers.host.put(host)
+
+        try:
+            with torch.inference_mode():
+                for n, batch in enumerate(batches):
+                    if errors:
+                        break
+                    width = lengths[batch[0]]
+                    slot = n % len(buffers.capture)
+                    capture = buffers.capture[slot][: len(batch) * width].view(len(batch), width, len(self.layer_ids), -1)
+                    if copy_done[slot] is not None:  # the side stream must finish reading it first
+                        torch.cuda.current_stream(self.device).wait_event(copy_done[slot])
+                    ids = torch.zeros((len(batch), width), dtype=torch.long)
+                    for b, i in enumerate(batch):
+                        ids[b, : lengths[i]] = torch.as_tensor(np.asarray(sequences[i][1]), dtype=torch.long)
+                    ids = ids.pin_memory().to(self.device, non_blocking=True) if self.cuda else ids
+                    self._target = capture
+                    self.model(input_ids=ids, use_cache=False)
+                    host = buffers.host.get()  # blocks while every host buffer is being written out
+                    host_view = host[: len(batch) * width].view_as(capture)
+                    ready = None
+                    if self.cuda:
+                        computed = torch.cuda.Event()
+                        computed.record(torch.cuda.current_stream(self.device))
+                        with torch.cuda.stream(copy_stream):
+                            copy_stream.wait_event(computed)
+                            host_view.copy_(capture, non_blocking=True)
+                            ready = torch.cuda.Event()
+                            ready.record(copy_stream)
+                        copy_done[slot] = ready
+                    else:
+                        host_view.copy_(capture)
+                    # One task per sample so slow writes run in parallel; the last one frees ``host``.
+                    rows = list(enumerate(batch))
+                    remaining = [len(rows)]
+                    for row in rows:
+                        pool.submit(write, host, ready, [row], host_view, remaining)
+        finally:
+            pool.shutdown(wait=True)
+            for handle in handles:
+                handle.remove()
+            self._target = None
+        if errors:
+            raise errors[0]
+
+
+@dataclass
+class TransformersBackend(VerifierBackend):
+    """Hugging Face transformers on CPU or one GPU (the default; the embedded tiny verifier uses it)."""
+
+    def load_model(self, model_path: str | Path, device: str = "auto", dtype: str = "auto"):
+        """The decoder without its LM head (extraction needs no logits)."""
+        from transformers import AutoModel
+
+        device = resolve_device(device)
+        model = AutoModel.from_pretrained(
+            str(model_path), dtype=resolve_dtype(dtype, device), trust_remote_code=self.trust_remote_code,
+            attn_implementation="sdpa",
+        )
+        return model.to(device).eval()
+
+    def extract(self, model_path, request: ExtractionRequest, sink: Sink, progress=None) -> None:
+        model = self.load_model(model_path, request.device, request.dtype)
+        extractor = HiddenStateExtractor(
+            model, self.num_layers(model_path), self.hidden_size(model_path), request.layer_ids,
+            batch_tokens=request.batch_tokens,
+        )
+        extractor.run(request.sequences, sink, progress)
+
+
+TRANSFORMERS_BACKEND = TransformersBackend(
+    name="transformers",
+    description="Hugging Face transformers on CPU or one GPU: forward hooks on the captured layers, "
+    "length-bucketed bf16 batches, device-to-host copies overlapped with the next batch.",
+)
+
+
+@hookimpl
+def register_verifier_backends(register):
+    register(TRANSFORMERS_BACKEND)
