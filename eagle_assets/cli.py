@@ -1,4 +1,4 @@
-"""The ``eagle-assets`` command line."""
+"""The ``eagle-assets`` command line (a typer app; each command is a thin wrapper over a module)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ import json
 import typer
 
 app = typer.Typer(help="eagle-assets: EAGLE-3 drafts for reasoning models, as Dagster assets.", no_args_is_help=True)
+
+
+@app.callback()
+def main() -> None:
+    """eagle-assets: EAGLE-3 drafts for reasoning models, as Dagster assets."""
 
 
 @app.command()
@@ -20,12 +25,36 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable
         return
     for plugin in report["plugins"]:
         version = f" {plugin['version']}" if plugin.get("version") else ""
-        typer.echo(f"{plugin['name']}{version}: {', '.join(plugin['hooks'])}")
+        typer.echo(f"{plugin['name']}{version} ({plugin['origin']}): {', '.join(plugin['hooks'])}")
     typer.echo("\nDataset sources:")
     for src in report["dataset_sources"]:
-        typer.echo(f"  {src['name']} (v{src['version']}): {src['description']}")
+        typer.echo(f"  {src['name']} (v{src['version']}, {src['plugin']}): {src['description']}")
     typer.echo("\nVerifier backends:")
     for backend in report["verifier_backends"]:
-        typer.echo(f"  {backend['name']} (v{backend['version']}): {backend['description']}")
+        typer.echo(f"  {backend['name']} (v{backend['version']}, {backend['plugin']}): {backend['description']}")
     for err in report["load_errors"]:
         typer.echo(f"\nFAILED to load plugin {err['plugin']}: {err['error']}", err=True)
+
+
+@app.command()
+def demo(
+    partition: str = typer.Option("demo", help="Dataset source (partition) to run the graph on."),
+) -> None:
+    """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
+
+    Uses $DAGSTER_HOME (the Makefile sets a persistent one), so `make ui` shows the runs afterwards.
+    """
+    import dagster as dg
+
+    from eagle_assets.definitions import build_definitions
+    from eagle_assets.demo import run_demo, summarize
+
+    def report(result) -> None:
+        typer.echo(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
+        for line in summarize(result):
+            typer.echo(f"  {line}")
+
+    with dg.DagsterInstance.get() as instance:
+        results = run_demo(build_definitions(), instance, partition, report)
+    if not all(r.success for r in results):
+        raise typer.Exit(1)

@@ -1,16 +1,24 @@
-"""The one plugin manager: hook specs, then entry-point plugins, then the built-ins.
+"""The one plugin manager: hook specs, then entry-point plugins, then single-file plugins, then built-ins.
 
-Set ``EAGLE_ASSETS_DISABLE_ENTRY_POINTS=1`` to load only the built-ins (useful when a broken
-third-party plugin is installed). A plugin that fails to import is recorded in
-:data:`load_errors` by name, and every other plugin still loads.
+* Entry points in group ``eagle_assets`` (pip-installed plugin packages). Set
+  ``EAGLE_ASSETS_DISABLE_ENTRY_POINTS=1`` to skip them (useful when a broken one is installed).
+* ``EAGLE_ASSETS_PLUGINS``: comma-separated module names or ``.py`` file paths, for a plugin that is
+  one file and not worth packaging.
+* :data:`DEFAULT_PLUGINS`: the built-ins, registered through the very same hooks.
+
+A plugin that fails to import, or whose hook raises, is recorded in :data:`load_errors` by name, and
+every other plugin still loads: one broken plugin never takes the code location down.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pluggy
 
@@ -20,6 +28,7 @@ from eagle_assets.sources import DatasetSource
 
 ENTRY_POINT_GROUP = "eagle_assets"
 DISABLE_ENV = "EAGLE_ASSETS_DISABLE_ENTRY_POINTS"
+PLUGINS_ENV = "EAGLE_ASSETS_PLUGINS"
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "eagle_assets.plugins.demo_source",
@@ -34,60 +43,120 @@ class PluginLoadError:
     error: str
 
 
+@dataclass(frozen=True)
+class PluginOrigin:
+    """Where a registered plugin came from, for ``eagle-assets plugins``."""
+
+    kind: str  # "entry point" | "EAGLE_ASSETS_PLUGINS" | "built-in" | "registered in code"
+    version: str | None = None
+
+
 pm = pluggy.PluginManager("eagle_assets")
 pm.add_hookspecs(hookspecs)
 load_errors: list[PluginLoadError] = []
+origins: dict[str, PluginOrigin] = {}
 
 
-def _load_entry_points() -> None:
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if pm.get_plugin(ep.name) is not None:
-            continue
-        try:
-            pm.register(ep.load(), name=ep.name)
-        except Exception as exc:  # a broken third-party plugin must not take the code location down
-            load_errors.append(PluginLoadError(ep.name, f"{type(exc).__name__}: {exc}"))
+def _record_error(plugin: str, exc: BaseException) -> None:
+    error = PluginLoadError(plugin, f"{type(exc).__name__}: {exc}")
+    if error not in load_errors:
+        load_errors.append(error)
 
 
-def _load_default_plugins() -> None:
+def _register(name: str, load, origin: PluginOrigin) -> None:
+    if pm.get_plugin(name) is not None:
+        return
+    try:
+        pm.register(load(), name=name)
+    except Exception as exc:  # a broken plugin must not take the code location down
+        _record_error(name, exc)
+        return
+    origins[name] = origin
+
+
+def _import_file(path: str):
+    """Import a ``.py`` file as a module named after it (so its hooks show a readable name)."""
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise FileNotFoundError(f"plugin file {file} does not exist (from ${PLUGINS_ENV})")
+    module_name = f"eagle_assets_plugin_{file.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def load_plugins() -> None:
+    """(Re)load every plugin from scratch: entry points, ``$EAGLE_ASSETS_PLUGINS``, built-ins.
+
+    Runs at import; call it again after installing a plugin or changing the environment.
+    """
+    for plugin in list(pm.get_plugins()):
+        pm.unregister(plugin)
+    load_errors.clear()
+    origins.clear()
+    if not os.environ.get(DISABLE_ENV):
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            version = ep.dist.version if ep.dist is not None else None
+            _register(ep.name, ep.load, PluginOrigin("entry point", version))
+    for spec in filter(None, (s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(","))):
+        if spec.endswith(".py"):
+            _register(spec, lambda spec=spec: _import_file(spec), PluginOrigin(PLUGINS_ENV))
+        else:
+            _register(spec, lambda spec=spec: importlib.import_module(spec), PluginOrigin(PLUGINS_ENV))
     for module_name in DEFAULT_PLUGINS:
-        if pm.get_plugin(module_name) is not None:
-            continue
+        _register(module_name, lambda m=module_name: importlib.import_module(m), PluginOrigin("built-in"))
+
+
+def origin(name: str) -> PluginOrigin:
+    return origins.get(name, PluginOrigin("registered in code"))
+
+
+def _collect(hook_name: str, kind: str, cls: type) -> dict[str, tuple[object, str]]:
+    """Call one register-callback hook plugin by plugin, so a raising plugin is reported, not fatal.
+
+    Returns ``{name: (object, plugin name)}``.
+    """
+    found: dict[str, tuple[object, str]] = {}
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+
+        def register(obj, plugin=impl.plugin_name) -> None:
+            if not isinstance(obj, cls):
+                raise TypeError(f"register() for {kind} needs a {cls.__name__}, got {type(obj).__name__}")
+            if obj.name in found:
+                raise ValueError(f"{obj.name!r} is already registered by plugin {found[obj.name][1]!r}")
+            found[obj.name] = (obj, plugin)
+
         try:
-            pm.register(importlib.import_module(module_name), name=module_name)
+            impl.function(**{arg: register for arg in impl.argnames})
         except Exception as exc:
-            load_errors.append(PluginLoadError(module_name, f"{type(exc).__name__}: {exc}"))
+            _record_error(impl.plugin_name, RuntimeError(f"{hook_name}: {type(exc).__name__}: {exc}"))
+    return dict(sorted(found.items()))
 
 
-if not os.environ.get(DISABLE_ENV):
-    _load_entry_points()
-_load_default_plugins()
+def dataset_source_registrations() -> dict[str, tuple[DatasetSource, str]]:
+    """``{source name: (source, plugin name)}`` in a stable (sorted) order."""
+    return _collect("register_dataset_sources", "dataset sources", DatasetSource)
 
 
-def _collect(hook, kind: str, cls: type) -> dict:
-    found: dict = {}
-
-    def register(obj) -> None:
-        if not isinstance(obj, cls):
-            raise TypeError(f"register() for {kind} needs a {cls.__name__}, got {type(obj).__name__}")
-        if obj.name in found:
-            raise ValueError(f"two {kind} are named {obj.name!r}: rename one of them")
-        found[obj.name] = obj
-
-    hook(register=register)
-    return found
+def verifier_backend_registrations() -> dict[str, tuple[VerifierBackend, str]]:
+    """``{backend name: (backend, plugin name)}`` in a stable (sorted) order."""
+    return _collect("register_verifier_backends", "verifier backends", VerifierBackend)
 
 
 def dataset_sources() -> dict[str, DatasetSource]:
     """Every registered dataset source by name, in a stable (sorted) order."""
-    found = _collect(pm.hook.register_dataset_sources, "dataset sources", DatasetSource)
-    return dict(sorted(found.items()))
+    return {name: obj for name, (obj, _) in dataset_source_registrations().items()}
 
 
 def verifier_backends() -> dict[str, VerifierBackend]:
     """Every registered verifier backend by name, in a stable (sorted) order."""
-    found = _collect(pm.hook.register_verifier_backends, "verifier backends", VerifierBackend)
-    return dict(sorted(found.items()))
+    return {name: obj for name, (obj, _) in verifier_backend_registrations().items()}
 
 
 def dataset_source(name: str) -> DatasetSource:
@@ -108,3 +177,6 @@ def verifier_backend(name: str) -> VerifierBackend:
             "`eagle-assets plugins` lists them."
         )
     return backends[name]
+
+
+load_plugins()

@@ -2,33 +2,43 @@
 
 from __future__ import annotations
 
-import importlib.metadata
+from eagle_assets.plugin_manager import (
+    dataset_source_registrations,
+    load_errors,
+    origin,
+    pm,
+    verifier_backend_registrations,
+)
 
-from eagle_assets.plugin_manager import dataset_sources, load_errors, pm, verifier_backends
 
-
-def _distribution_version(plugin_name: str) -> str | None:
-    for dist, ep_name in ((d, ep.name) for d in importlib.metadata.distributions() for ep in d.entry_points):
-        if ep_name == plugin_name:
-            return dist.version
-    return None
+def _describe(registrations: dict) -> list[dict]:
+    return [
+        {"name": name, "description": obj.description, "version": obj.version, "plugin": plugin}
+        for name, (obj, plugin) in registrations.items()
+    ]
 
 
 def plugin_report() -> dict:
+    """Everything the plugin manager knows, as plain JSON-able data."""
+    sources = _describe(dataset_source_registrations())
+    backends = _describe(verifier_backend_registrations())
     plugins = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
-        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
-        version = None if name.startswith("eagle_assets.") else _distribution_version(name)
-        plugins.append({"name": name, "hooks": hooks, "version": version})
+        where = origin(name)
+        plugins.append(
+            {
+                "name": name,
+                "origin": where.kind,
+                "version": where.version,
+                "hooks": sorted(h.name for h in pm.get_hookcallers(plugin) or []),
+                "dataset_sources": [s["name"] for s in sources if s["plugin"] == name],
+                "verifier_backends": [b["name"] for b in backends if b["plugin"] == name],
+            }
+        )
     return {
         "plugins": plugins,
-        "dataset_sources": [
-            {"name": s.name, "description": s.description, "version": s.version}
-            for s in dataset_sources().values()
-        ],
-        "verifier_backends": [
-            {"name": b.name, "description": b.description, "version": b.version}
-            for b in verifier_backends().values()
-        ],
+        "dataset_sources": sources,
+        "verifier_backends": backends,
+        # Read last: calling the hooks above may have recorded a plugin whose hook raised.
         "load_errors": [{"plugin": e.plugin, "error": e.error} for e in load_errors],
     }
