@@ -56,7 +56,9 @@ class OpenPerfectblendSource(DatasetSource):
         from datasets import load_dataset
 
         loc = self._location(location)
+        label = loc  # the hub id, or the local file/glob's own name (rows must not depend on the mount point)
         if self._is_local(loc):
+            label = Path(loc).name
             files = self._local_files(loc)
             kinds = {"parquet" if f.suffix == ".parquet" else "json" for f in files}
             if len(kinds) > 1:
@@ -67,7 +69,7 @@ class OpenPerfectblendSource(DatasetSource):
             dataset = load_dataset(repo, revision=revision or None, split="train", streaming=True)
         for index, row in enumerate(dataset):
             extra = {k: v for k, v in row.items() if k != "conversations"}
-            yield RawRecord(f"{loc}#{index}", {"conversations": row.get("conversations"), "metadata": extra})
+            yield RawRecord(f"{label}#{index}", {"conversations": row.get("conversations"), "metadata": extra})
 
 
 @hookimpl
