@@ -9,7 +9,9 @@ training folder can link to these files instead of copying them.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,21 +42,57 @@ def check_sample(hidden_states, token_ids, num_layers: int, hidden_size: int, ro
                          "(seq_len, captured layers, hidden size); the backend or layer ids are inconsistent")
     if hidden_states.dtype != torch.bfloat16:
         raise ValueError(f"{row}: hidden_states dtype {hidden_states.dtype}, expected torch.bfloat16")
-    if not bool(torch.isfinite(hidden_states).all()):
+    # aminmax propagates NaN and is ~10x faster than isfinite().all() on CPU (speculators' own check).
+    if not bool(torch.isfinite(torch.stack(torch.aminmax(hidden_states))).all()):
         bad = int((~torch.isfinite(hidden_states)).any(dim=(1, 2)).nonzero()[0])
         raise ValueError(f"{row}: hidden_states contain NaN/Inf (first at token {bad}); "
                          "check the verifier weights and dtype (fp16 overflows on some models: use bf16)")
 
 
 def write_sample(folder: Path, cid: str, hidden_states, token_ids) -> tuple[str, str, int]:
-    """Write one sample atomically; returns (path relative to ``folder``, sha256, bytes)."""
-    from safetensors.torch import save
+    """Write one sample atomically; returns (path relative to ``folder``, sha256, bytes).
 
-    payload = save({"hidden_states": hidden_states.contiguous(), "token_ids": token_ids.contiguous()})
+    ``save_file`` writes straight from the tensor memory without the GIL (``save`` would build a
+    bytes copy first, ~3x slower); the hash then reads the file back from the page cache.
+    """
+    from safetensors.torch import save_file
+
     rel = relative_path(cid)
     with atomic_path(Path(folder) / rel) as tmp:
-        tmp.write_bytes(payload)
-    return rel, hashlib.sha256(payload).hexdigest(), len(payload)
+        save_file({"hidden_states": hidden_states.contiguous(), "token_ids": token_ids.contiguous()}, str(tmp))
+        with open(tmp, "rb") as fh:
+            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        size = tmp.stat().st_size
+    return rel, sha, size
+
+
+@dataclass
+class WrittenSample:
+    file: str
+    sha256: str
+    bytes: int
+
+
+class SampleWriter:
+    """The sink the ``hidden_states`` asset hands to a backend: check, then write, one sample per
+    call (called from the backend's writer threads). Keys are ``(row, content_id)``."""
+
+    def __init__(self, folder: Path, num_layers: int, hidden_size: int):
+        self.folder, self.num_layers, self.hidden_size = Path(folder), num_layers, hidden_size
+        self.written: dict = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, sample) -> None:
+        row, cid = sample.key
+        check_sample(sample.hidden_states, sample.token_ids, self.num_layers, self.hidden_size, f"row {row}")
+        result = WrittenSample(*write_sample(self.folder, cid, sample.hidden_states, sample.token_ids))
+        with self._lock:
+            self.written[sample.key] = result
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(w.bytes for w in self.written.values())
 
 
 def load_sample(path: Path) -> dict:
