@@ -1,0 +1,251 @@
+"""The async capture engine: every prompt sent once to the verifier, ~200 in flight, exact tokens kept.
+
+It uses the ``openai`` client's own machinery for what it does well — per-request timeouts and
+retries with exponential backoff and jitter on 408/409/429/5xx, timeouts and connection errors —
+and adds what a long capture needs on top: one client per base URL with least-loaded dispatch
+(data-parallel replicas), a bounded worker pool, a per-prompt error row instead of a crash, and an
+early stop when the server is clearly gone (so a dead server does not burn every prompt's retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+import openai
+
+from eagle_assets.generation.parsing import MalformedResponse, parse_completion
+from eagle_assets.generation.progress import Progress
+
+ERROR_TEXT_LIMIT = 2000
+
+
+class ServerUnavailable(RuntimeError):
+    """No usable vLLM server behind the base URLs (unreachable, or died mid-run)."""
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    prompt_id: str
+    messages: list[dict]
+    split: str | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters sent with every request (and stored with every row)."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 8192
+    seed: int | None = None
+    chat_template_kwargs: dict = field(default_factory=dict)
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "temperature": self.temperature,
+                "top_p": self.top_p,
+                "max_tokens": self.max_tokens,
+                "seed": self.seed,
+                "chat_template_kwargs": self.chat_template_kwargs,
+            },
+            sort_keys=True,
+        )
+
+    def request_seed(self, prompt_id: str) -> int | None:
+        """A per-prompt seed, so a sample does not depend on which other prompts shared the run."""
+        if self.seed is None:
+            return None
+        digest = hashlib.sha256(f"{self.seed}:{prompt_id}".encode()).digest()
+        return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    concurrency: int = 200
+    request_timeout_s: float = 1800.0
+    max_retries: int = 4
+    # This many consecutive connection failures or timeouts (after retries) end the run early.
+    max_consecutive_failures: int = 32
+    api_key: str | None = None
+
+
+@dataclass
+class _Endpoint:
+    base_url: str
+    client: openai.AsyncOpenAI
+    in_flight: int = 0
+
+
+def server_root(base_url: str) -> str:
+    """``http://h:p/v1`` → ``http://h:p`` (where vLLM serves ``/health`` and ``/version``)."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+class CaptureEngine:
+    """Send prompts to one or more OpenAI-compatible base URLs and turn each answer into a row."""
+
+    def __init__(
+        self,
+        base_urls: Sequence[str],
+        sampling: Sampling,
+        settings: ClientSettings = ClientSettings(),
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        if not base_urls:
+            raise ValueError("CaptureEngine needs at least one base URL")
+        if settings.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {settings.concurrency}")
+        self.base_urls = [url.rstrip("/") for url in base_urls]
+        self.sampling = sampling
+        self.settings = settings
+        self._transport = transport
+        self._sampling_json = sampling.as_json()
+        self.http_attempts = 0
+        self.model: str | None = None
+        self.vllm_version: str = "unknown"
+
+    def _headers(self) -> dict:
+        key = self.settings.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def identify(self) -> tuple[str, str]:
+        """Check every base URL answers ``/v1/models``; return (served model, vLLM version)."""
+        models = []
+        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers()) as http:
+            for url in self.base_urls:
+                try:
+                    response = await http.get(f"{url}/models")
+                    response.raise_for_status()
+                    models.append(response.json()["data"][0]["id"])
+                except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+                    raise ServerUnavailable(
+                        f"cannot use the vLLM server at {url}: GET {url}/models failed ({exc!r}). "
+                        "Check that the server is running and the base URL (ending in /v1) is right."
+                    ) from exc
+            if len(set(models)) > 1:
+                raise ServerUnavailable(
+                    f"base URLs serve different models {dict(zip(self.base_urls, models))}; "
+                    "every replica must serve the same verifier"
+                )
+            try:
+                response = await http.get(f"{server_root(self.base_urls[0])}/version")
+                self.vllm_version = response.json().get("version", "unknown")
+            except (httpx.HTTPError, ValueError):
+                self.vllm_version = "unknown"  # not vLLM, or an older one: recorded as such
+        self.model = models[0]
+        return self.model, self.vllm_version
+
+    def _client(self, base_url: str) -> openai.AsyncOpenAI:
+        concurrency = self.settings.concurrency
+
+        async def count_attempt(_request: httpx.Request) -> None:
+            self.http_attempts += 1
+
+        http_client = openai.DefaultAsyncHttpxClient(
+            transport=self._transport,
+            limits=httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8),
+            event_hooks={"request": [count_attempt]},
+        )
+        return openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=self.settings.api_key or "EMPTY",
+            timeout=self.settings.request_timeout_s,
+            max_retries=self.settings.max_retries,
+            http_client=http_client,
+        )
+
+    async def run(self, requests: Iterable[PromptRequest], sink: Callable[[dict], None], progress: Progress) -> None:
+        """Capture every request; ``sink`` gets one row per prompt (ok or error) as it finishes."""
+        if self.model is None:
+            await self.identify()
+        endpoints = [_Endpoint(url, self._client(url)) for url in self.base_urls]
+        pending = iter(requests)
+        consecutive_failures = 0
+
+        async def worker() -> None:
+            nonlocal consecutive_failures
+            for request in pending:  # one shared iterator: each prompt goes to exactly one worker
+                endpoint = min(endpoints, key=lambda e: e.in_flight)
+                endpoint.in_flight += 1
+                progress.in_flight += 1
+                try:
+                    row, reached_server = await self._capture(endpoint, request)
+                finally:
+                    endpoint.in_flight -= 1
+                    progress.in_flight -= 1
+                sink(row)
+                progress.record(row)
+                consecutive_failures = 0 if reached_server else consecutive_failures + 1
+                if consecutive_failures >= self.settings.max_consecutive_failures:
+                    raise ServerUnavailable(
+                        f"{consecutive_failures} requests in a row failed without a server answer "
+                        f"(last: {row['error']}); stopping early. Finished samples are kept; "
+                        "re-materialize once the server is back to continue."
+                    )
+
+        workers = [asyncio.create_task(worker()) for _ in range(self.settings.concurrency)]
+        try:
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise the first failure
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            for endpoint in endpoints:
+                await endpoint.client.close()
+
+    async def _capture(self, endpoint: _Endpoint, request: PromptRequest) -> tuple[dict, bool]:
+        """One prompt → (row, whether the server answered at all)."""
+        extra_body = {"return_token_ids": True}
+        if self.sampling.chat_template_kwargs:
+            extra_body["chat_template_kwargs"] = self.sampling.chat_template_kwargs
+        started = time.monotonic()
+        row = {
+            "prompt_id": request.prompt_id,
+            "split": request.split,
+            "sampling": self._sampling_json,
+            "server_model": self.model,
+            "vllm_version": self.vllm_version,
+            "base_url": endpoint.base_url,
+        }
+        reached_server = True
+        try:
+            raw = await endpoint.client.chat.completions.with_raw_response.create(
+                model=self.model,
+                messages=request.messages,
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                max_tokens=self.sampling.max_tokens,
+                seed=self.sampling.request_seed(request.prompt_id),
+                extra_body=extra_body,
+            )
+            # The raw JSON, not the SDK's pydantic model: vLLM's extra fields (token ids,
+            # reasoning) are plain keys there, and skipping model construction keeps the loop fast.
+            row.update(parse_completion(json.loads(raw.content)))
+            row["status"], row["error"] = "ok", None
+        except openai.APIStatusError as exc:
+            row["status"], row["error"] = "error", f"HTTP {exc.status_code}: {exc.message}"
+        except openai.APITimeoutError:
+            reached_server = False
+            row["status"] = "error"
+            row["error"] = (f"timeout: no answer within {self.settings.request_timeout_s:g}s "
+                            f"(after {self.settings.max_retries} retries)")
+        except openai.APIConnectionError as exc:
+            reached_server = False
+            row["status"] = "error"
+            row["error"] = f"connection error to {endpoint.base_url} after {self.settings.max_retries} retries: {exc.__cause__ or exc!r}"
+        except (ValueError, MalformedResponse) as exc:  # json.JSONDecodeError is a ValueError
+            row["status"], row["error"] = "error", f"malformed response: {exc}"
+        if row["error"]:
+            row["error"] = row["error"][:ERROR_TEXT_LIMIT]
+        row["latency_s"] = time.monotonic() - started
+        row["finished_at"] = time.time()
+        return row, reached_server

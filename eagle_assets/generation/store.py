@@ -1,0 +1,161 @@
+"""Append-only Parquet shards of reasoning samples: crash-safe, resumable, exactly-once.
+
+A folder holds ``shard-<time_ns>-<pid>-<n>.parquet`` files, each written atomically (temporary file,
+fsync, rename), so a kill leaves whole shards only. Rows are never rewritten: a prompt retried after
+an error simply gets a newer row, and :func:`load_samples` keeps the latest row per ``prompt_id``
+(shard names sort by creation time). The done-set of a resumed run is the prompts whose latest row
+is ``ok``; errors are retried.
+
+Writing happens on one background thread so that the asyncio loop sending requests never waits for
+compression or disk.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from eagle_assets.storage import remove_stale_temporaries, write_parquet
+
+SHARD_GLOB = "shard-*.parquet"
+
+SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("split", pa.string()),
+        ("status", pa.string()),  # "ok" | "error"
+        ("error", pa.string()),
+        ("reasoning", pa.string()),
+        ("content", pa.string()),
+        ("finish_reason", pa.string()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("token_ids", pa.list_(pa.int32())),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("truncated", pa.bool_()),
+        ("unfinished_thinking", pa.bool_()),
+        ("sampling", pa.string()),  # JSON of the request's sampling parameters
+        ("server_model", pa.string()),
+        ("vllm_version", pa.string()),
+        ("base_url", pa.string()),
+        ("latency_s", pa.float64()),
+        ("finished_at", pa.float64()),  # unix seconds
+    ]
+)
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    """Every complete shard, oldest first."""
+    return sorted(Path(folder).glob(SHARD_GLOB))
+
+
+def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
+    """The latest row per ``prompt_id`` over all shards of ``folder``, sorted by ``prompt_id``.
+
+    ``columns`` limits what is read (``prompt_id`` is always included).
+    """
+    if columns is not None and "prompt_id" not in columns:
+        columns = ["prompt_id", *columns]
+    tables = [pq.read_table(path, columns=columns) for path in shard_paths(folder)]
+    if not tables:
+        schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+        return schema.empty_table()
+    rows = pa.concat_tables(tables, promote_options="default")
+    order = pa.array(range(rows.num_rows), pa.int64())
+    latest = (
+        pa.table({"prompt_id": rows["prompt_id"], "_order": order})
+        .group_by("prompt_id", use_threads=False)
+        .aggregate([("_order", "max")])
+    )
+    picked = rows.take(latest["_order_max"])
+    return picked.take(pc.sort_indices(picked, [("prompt_id", "ascending")]))
+
+
+def done_prompt_ids(folder: Path) -> set[str]:
+    """Prompts whose latest row is ``ok``: a resumed run skips them; errors are retried."""
+    latest = load_samples(folder, columns=["status"])
+    ok = latest.filter(pc.equal(latest["status"], "ok"))
+    return set(ok["prompt_id"].to_pylist())
+
+
+class ShardWriter:
+    """Buffers rows and hands full buffers to a background thread that writes one shard each.
+
+    ``add`` is cheap (a list append). A buffer is flushed when it reaches ``rows_per_shard`` or when
+    :meth:`flush_if_stale` finds it older than ``max_age_s`` — the bound on work a kill can lose.
+    Errors of the writer thread surface on the next call.
+    """
+
+    def __init__(self, folder: Path, rows_per_shard: int = 256, max_age_s: float = 60.0):
+        if rows_per_shard < 1:
+            raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.folder)
+        self.rows_per_shard = rows_per_shard
+        self.max_age_s = max_age_s
+        self.rows_written = 0
+        self.shards_written = 0
+        self._buffer: list[dict] = []
+        self._buffer_since = time.monotonic()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer")
+        self._pending: list[Future] = []
+        self._counter = 0
+
+    def add(self, row: dict) -> None:
+        self._raise_writer_errors()
+        with self._lock:
+            if not self._buffer:
+                self._buffer_since = time.monotonic()
+            self._buffer.append(row)
+            full = len(self._buffer) >= self.rows_per_shard
+        if full:
+            self.flush()
+
+    def flush_if_stale(self) -> None:
+        self._raise_writer_errors()
+        if self._buffer and time.monotonic() - self._buffer_since >= self.max_age_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Queue the buffered rows as one shard (non-blocking)."""
+        with self._lock:
+            rows, self._buffer = self._buffer, []
+        if rows:
+            self._counter += 1
+            name = f"shard-{time.time_ns():020d}-{os.getpid()}-{self._counter:06d}.parquet"
+            self._pending.append(self._pool.submit(self._write, rows, self.folder / name))
+
+    def _write(self, rows: list[dict], path: Path) -> None:
+        write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+        self.rows_written += len(rows)
+        self.shards_written += 1
+
+    def _raise_writer_errors(self) -> None:
+        still = []
+        for future in self._pending:
+            if future.done():
+                future.result()  # re-raises a failed write here, in the caller's thread
+            else:
+                still.append(future)
+        self._pending = still
+
+    def close(self) -> None:
+        """Write what is buffered and wait for every shard to be on disk."""
+        self.flush()
+        self._pool.shutdown(wait=True)
+        self._raise_writer_errors()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
