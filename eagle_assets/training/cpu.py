@@ -1,0 +1,57 @@
+"""The one place where speculators' trainer is adapted to a machine without an accelerator.
+
+speculators 0.9.0 assumes a CUDA-like accelerator in five places (read in its source):
+
+1. ``Trainer.setup_model`` moves the model to ``get_local_rank()`` (the integer 0, i.e. ``cuda:0``),
+   and every batch goes to the same device; ``Trainer.device_type`` falls back to ``"cuda"`` for
+   ``torch.autocast`` when ``torch.accelerator`` reports none.
+2. ``_StepTimer`` calls ``torch.accelerator.synchronize()``, which raises without an accelerator.
+3. Flex attention (the default draft attention) has no CPU backward: the draft uses ``sdpa``.
+4. The default fused loss is a Triton kernel: the ``eager`` loss runs everywhere.
+5. Resuming loads ``model.safetensors`` and optimizer state onto ``get_current_device()``,
+   which is ``"cuda:0"`` when there is no accelerator.
+
+(1), (2) and (5) are patched here, in the training process only, and only when CUDA is absent;
+(3) and (4) are ordinary training flags, returned by :func:`cpu_train_flags`. On a GPU host
+nothing here runs and speculators trains unchanged.
+"""
+
+from __future__ import annotations
+
+CPU = "cpu"
+
+
+def needs_cpu_adaptations() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def cpu_train_flags() -> dict[str, str]:
+    """speculators flags that select CPU-capable kernels (adaptations 3 and 4)."""
+    return {"draft_attn_impl": "sdpa", "loss_implementation": "eager"}
+
+
+def apply_cpu_adaptations() -> None:
+    """Patch adaptations 1, 2 and 5 into the already-imported speculators trainer modules."""
+    import torch
+    from speculators.train import checkpointer, trainer
+
+    def synchronize_nothing(device=None) -> None:
+        # CPU kernels run synchronously: there is nothing to wait for.
+        return None
+
+    if torch.accelerator.current_accelerator() is None:
+        torch.accelerator.synchronize = synchronize_nothing
+    # The trainer reads its device from this name at construction time (1).
+    trainer.get_local_rank = lambda: CPU
+    # Resume maps saved tensors onto this device (5).
+    checkpointer.get_current_device = lambda: CPU
+
+    original_init = trainer.Trainer.__init__
+
+    def init_on_cpu(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.device_type = CPU  # autocast on the CPU, not "cuda" (1)
+
+    trainer.Trainer.__init__ = init_on_cpu

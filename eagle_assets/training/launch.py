@@ -1,0 +1,151 @@
+"""Training process entry point: speculators' own ``train`` command, plus early stopping and a metrics file.
+
+Run as ``python -m eagle_assets.training.launch [OWN FLAGS] -- [speculators train flags]`` or, for
+several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.training.launch ...``. The flags after
+``--`` are resolved by speculators' own ``TrainConfig.resolve`` and run by its ``train.cli.main``
+(config, draft model, data loaders, trainer, checkpointer -- all speculators). This module adds:
+
+- the CPU adaptations of :mod:`eagle_assets.training.cpu` when CUDA is absent;
+- early stopping: training ends once validation loss has not improved for ``--early-stop-patience``
+  epochs (speculators has no such option);
+- ``--metrics-file``: every metric record speculators logs, one JSON line each (rank 0), so the
+  asset reports losses, per-step accuracies and tokens/s without parsing console text;
+- a plain console log: one line per speculators message, per-step metric records summarised at most
+  every ``--progress-seconds`` (a Dagster step log should not get a line per optimizer step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+
+class EarlyStop(Exception):
+    """Raised from the trainer when validation loss stopped improving."""
+
+
+def _own_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m eagle_assets.training.launch")
+    parser.add_argument("--early-stop-patience", type=int, default=0,
+                        help="Stop after this many epochs without a better validation loss (0: never).")
+    parser.add_argument("--metrics-file", type=Path, required=True, help="JSON-lines file for metric records.")
+    parser.add_argument("--progress-seconds", type=float, default=5.0,
+                        help="Print a training progress line at most this often.")
+    if "--" not in argv:
+        parser.error("separate speculators' flags with '--'")
+    split = argv.index("--")
+    return parser.parse_args(argv[:split]), argv[split + 1 :]
+
+
+def _is_rank0() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+class MetricsRecorder(logging.Handler):
+    """Appends speculators' metric records to a JSON-lines file and prints throttled progress."""
+
+    def __init__(self, path: Path, progress_seconds: float):
+        super().__init__()
+        self.path = path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.progress_seconds = progress_seconds
+        self._last_print = 0.0
+        self._tokens = 0.0
+        self._started = time.monotonic()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.msg
+        if not isinstance(msg, Mapping) or getattr(record, "hparams", False) or not _is_rank0():
+            return
+        entry = {"time": time.time(), "step": getattr(record, "step", None), **msg}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(entry, default=float) + "\n")
+        if "val" in msg:
+            val = msg["val"]
+            accs = " ".join(f"{val[k]:.3f}" for k in sorted(val) if k.startswith("full_acc_"))
+            print(f"validation epoch {msg.get('epoch')}: loss {val.get('loss_epoch', float('nan')):.4f} "
+                  f"full_acc per ttt step {accs}", flush=True)
+        elif "train" in msg:
+            now = time.monotonic()
+            if now - self._last_print >= self.progress_seconds:
+                self._last_print = now
+                train, profile = msg["train"], msg.get("profile") or {}
+                print(f"epoch {msg.get('epoch')} step {msg.get('global_step')}: loss {train.get('loss', float('nan')):.4f} "
+                      f"full_acc_0 {train.get('full_acc_0', float('nan')):.3f} "
+                      f"tokens/s {profile.get('tokens_per_s', float('nan')):.0f}", flush=True)
+
+
+class _ConsoleFilter(logging.Filter):
+    """Drops metric dicts from the console: the recorder prints their summary."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not isinstance(record.msg, Mapping)
+
+
+def _configure_logging(recorder: MetricsRecorder) -> None:
+    # A root handler installed first makes speculators' logging.basicConfig a no-op, so its Rich
+    # console (which wraps lines to a guessed terminal width) stays out of a piped log.
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    console.addFilter(_ConsoleFilter())
+    logging.basicConfig(level=logging.INFO, handlers=[console])
+    if not _is_rank0():
+        console.setLevel(logging.WARNING)
+
+    from speculators.train import cli
+
+    original = cli.setup_metric_logger
+
+    def setup_then_record(*args, **kwargs):
+        original(*args, **kwargs)  # dictConfig resets the metrics logger's handlers: add ours after
+        logging.getLogger("speculators.metrics").addHandler(recorder)
+
+    cli.setup_metric_logger = setup_then_record
+
+
+def _install_early_stopping(patience: int) -> None:
+    from speculators.train import cli, trainer
+
+    class EarlyStoppingTrainer(trainer.Trainer):
+        """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""
+
+        def maybe_update_best(self, epoch, val_metrics):
+            before = self.best_val_loss
+            super().maybe_update_best(epoch, val_metrics)
+            improved = self.best_val_loss < before
+            self._stale_epochs = 0 if improved else getattr(self, "_stale_epochs", 0) + 1
+            if patience and self._stale_epochs >= patience:
+                raise EarlyStop(f"validation loss did not improve for {patience} epochs "
+                                f"(best {self.best_val_loss:.4f}); stopping after epoch {epoch}")
+
+    cli.Trainer = EarlyStoppingTrainer
+
+
+def main(argv: list[str] | None = None) -> None:
+    own, speculators_argv = _own_flags(list(sys.argv[1:] if argv is None else argv))
+    recorder = MetricsRecorder(own.metrics_file, own.progress_seconds)
+    _configure_logging(recorder)
+
+    from eagle_assets.training import cpu
+
+    if cpu.needs_cpu_adaptations():
+        cpu.apply_cpu_adaptations()
+    _install_early_stopping(own.early_stop_patience)
+
+    from speculators.train.cli import main as speculators_main
+    from speculators.train.config import TrainConfig
+
+    try:
+        speculators_main(TrainConfig.resolve(speculators_argv))
+    except EarlyStop as stop:
+        logging.getLogger("eagle_assets.training").info("early stop: %s", stop)
+
+
+if __name__ == "__main__":
+    main()

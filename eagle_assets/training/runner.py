@@ -1,0 +1,187 @@
+"""Start the training process (speculators' trainer via :mod:`~eagle_assets.training.launch`) and stream its log.
+
+Training runs in a child process -- ``python -m eagle_assets.training.launch`` or, for several GPUs,
+``torchrun -m eagle_assets.training.launch`` -- started with an argument list. The child's output is
+forwarded line by line to the caller's logger (the Dagster step log), so progress stays visible, and the
+CPU patches never touch the calling process. A run folder is named by a hash of the data and settings:
+re-running after a crash resumes from speculators' last epoch checkpoint, and a finished run is reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_assets.storage import combined_hash, write_json
+from eagle_assets.training.data_dir import TrainingData
+from eagle_assets.training.settings import TrainingSettings
+from eagle_assets.training.vocab import DraftVocab
+
+DONE_FILE = "done.json"
+
+
+class TrainingFailed(RuntimeError):
+    """The training process exited with an error; the message holds the end of its log."""
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    run_dir: Path
+    best_dir: Path
+    summary: dict
+
+
+def run_dir_for(work_root: Path, data: TrainingData, settings: TrainingSettings) -> Path:
+    key = combined_hash([data.content_hash, settings.model_dump_json(), data.manifest.verifier_id])
+    return Path(work_root) / f"run-{key[:16]}"
+
+
+def _mask_token_id(verifier_path: str) -> int:
+    # EAGLE-3 never reads the mask token; naming one keeps speculators from loading a tokenizer
+    # just to look it up (a head-only verifier folder has none).
+    config = json.loads((Path(verifier_path) / "config.json").read_text())
+    config = config.get("text_config", config)
+    for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        value = config.get(key)
+        if isinstance(value, list) and value:
+            value = value[0]
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: DraftVocab,
+                      verifier_path: str, save_path: Path, on_cpu: bool) -> list[str]:
+    """The ``speculators train`` flags for this run."""
+    from eagle_assets.training.cpu import cpu_train_flags
+
+    attention = settings.attention_impl
+    if attention == "auto":
+        attention = "sdpa" if on_cpu else "simple_flex_attention"
+    if on_cpu and attention == "simple_flex_attention":
+        raise ValueError("attention_impl 'simple_flex_attention' has no CPU backward: use 'sdpa' or 'auto' on CPU")
+    flags = {
+        "speculator_type": "eagle3",
+        "verifier_name_or_path": verifier_path,
+        "data_path": str(data.path),
+        "save_path": str(save_path),
+        "log_dir": str(save_path.parent / "logs"),
+        "num_layers": settings.num_layers,
+        "ttt_steps": settings.ttt_steps,
+        "lr": settings.lr,
+        "epochs": settings.epochs,
+        "draft_vocab_size": vocab.size,
+        "d2t_path": str(vocab.d2t_path),
+        "t2d_path": str(vocab.t2d_path),
+        "total_seq_len": settings.total_seq_len,
+        "draft_attn_impl": attention,
+        # The fused Triton loss fails under torch.compile on the H200 image (FIELD_NOTES) and has no CPU kernel.
+        "loss_implementation": "eager",
+        "seed": settings.seed,
+        "train_data_ratio": round(1.0 - settings.validation_fraction, 6),
+        "mask_token_id": _mask_token_id(verifier_path),
+        "on_missing": "raise",  # every row has its hidden states; never ask a vLLM server for more
+        "log_freq": settings.log_every_steps,
+    }
+    if on_cpu:
+        flags.update({k: v for k, v in cpu_train_flags().items() if k != "draft_attn_impl"})
+    workers = settings.dataloader_workers
+    if workers is None and on_cpu:
+        workers = 0  # spawned loader processes cost more than they save on a small CPU host
+    if workers is not None:
+        flags["num_workers"] = workers
+    argv = []
+    for key, value in flags.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    argv += ["--target-layer-ids", *map(str, data.manifest.aux_layer_ids), "--save-best"]
+    return argv
+
+
+def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_argv: list[str]) -> list[str]:
+    own = ["--metrics-file", str(metrics_file), "--early-stop-patience", str(settings.early_stop_patience)]
+    if settings.num_processes > 1:
+        head = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={settings.num_processes}"]
+    else:
+        head = [sys.executable]
+    return [*head, "-m", "eagle_assets.training.launch", *own, "--", *speculators_argv]
+
+
+def run_streaming(command: list[str], log, cwd: Path) -> None:
+    """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1, cwd=cwd, env=env)
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            if line:
+                tail.append(line)
+                log.info(line)
+        code = proc.wait()
+    except BaseException:
+        # Interrupted (e.g. the run was cancelled): SIGTERM lets speculators save an interrupt checkpoint.
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    if code != 0:
+        raise TrainingFailed(f"training exited with code {code}; last lines:\n" + "\n".join(tail))
+
+
+def summarize_metrics(metrics_file: Path) -> dict:
+    """Best-epoch validation metrics, last training loss and median tokens/s from the metrics file."""
+    records = [json.loads(line) for line in Path(metrics_file).read_text().splitlines() if line.strip()]
+    vals = [r for r in records if "val" in r and "loss_epoch" in r["val"]]
+    trains = [r for r in records if "train" in r]
+    if not vals:
+        raise TrainingFailed(f"{metrics_file} holds no validation record: training ended before one epoch")
+    best = min(vals, key=lambda r: r["val"]["loss_epoch"])
+    rates = [r["profile"]["tokens_per_s"] for r in trains if (r.get("profile") or {}).get("tokens_per_s")]
+    summary = {
+        "best_epoch": int(best["epoch"]),
+        "epochs_run": len(vals),
+        "val_loss": best["val"]["loss_epoch"],
+        "train_loss": trains[-1]["train"].get("loss") if trains else None,
+        "train_steps": int(trains[-1]["global_step"]) + 1 if trains else 0,
+        "tokens_per_s": statistics.median(rates) if rates else None,
+    }
+    for key, value in best["val"].items():
+        if key.startswith(("full_acc_", "cond_acc_")):
+            summary[f"val_{key.removesuffix('_epoch')}"] = value
+    return summary
+
+
+def train(data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: TrainingSettings,
+          work_root: Path, log) -> TrainingRun:
+    """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder."""
+    from eagle_assets.training.cpu import needs_cpu_adaptations
+
+    run_dir = run_dir_for(work_root, data, settings)
+    save_path = run_dir / "checkpoints"
+    metrics_file = run_dir / "metrics.jsonl"
+    best_dir = save_path / "checkpoint_best"
+    done = run_dir / DONE_FILE
+    if done.exists() and best_dir.exists():
+        log.info(f"training run {run_dir} already finished: reusing its best checkpoint")
+        return TrainingRun(run_dir, best_dir.resolve(), json.loads(done.read_text()))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    on_cpu = needs_cpu_adaptations()
+    argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu)
+    command = launch_command(settings, metrics_file, argv)
+    log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")
+    run_streaming(command, log, cwd=run_dir)
+    if not best_dir.exists():
+        raise TrainingFailed(f"training finished without {best_dir}: no validation epoch completed")
+    summary = summarize_metrics(metrics_file)
+    write_json(summary, done)
+    return TrainingRun(run_dir, best_dir.resolve(), summary)

@@ -1,0 +1,40 @@
+"""Draft-training hyperparameters: one pydantic model, shared by the asset's launchpad config and scripts.
+
+Defaults are the recipe that trains the embedded tiny verifier's draft to acceptance length >= 3.5 at
+three speculative tokens in a few CPU minutes (FIELD_NOTES' probe: 8 epochs, draft vocabulary 256,
+1024-token packed rows); everything else is speculators' own default. speculators 0.9.0's trainer has
+no gradient accumulation: one optimizer step sees ``total_seq_len`` tokens per process, so the batch
+grows with ``num_processes`` (data parallel through ``torchrun``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class TrainingSettings(BaseModel):
+    num_layers: int = Field(default=1, ge=1, description="Draft decoder layers.")
+    ttt_steps: int = Field(default=3, ge=1, description="Test-time-training steps the draft is unrolled over "
+                           "(train for as many steps as the speculative tokens you will serve).")
+    lr: float = Field(default=1e-3, gt=0, description="Learning rate (Muon for 2-D weights, AdamW for the rest).")
+    epochs: int = Field(default=8, ge=1, description="Maximum training epochs.")
+    draft_vocab_size: int = Field(default=256, ge=1, description="Draft vocabulary size: the most frequent "
+                                  "supervised tokens. Production verifiers use about 32000.")
+    total_seq_len: int = Field(default=1024, ge=16, description="Tokens per packed training row (= per "
+                               "optimizer step and process); longer samples are truncated.")
+    attention_impl: Literal["auto", "simple_flex_attention", "sdpa", "eager"] = Field(
+        default="auto", description="Draft attention kernel; auto = flex attention on GPU, sdpa on CPU "
+        "(flex attention has no CPU backward).")
+    seed: int = Field(default=0, description="Seed for initialisation and packing order.")
+    num_processes: int = Field(default=1, ge=1, description="Training processes (GPUs); above 1 the run is "
+                               "launched with torchrun (data parallel).")
+    dataloader_workers: int | None = Field(default=None, ge=0, description="DataLoader worker processes; "
+                                           "unset = none on CPU, speculators' default (12) on GPU.")
+    validation_fraction: float = Field(default=0.1, gt=0, lt=1, description="Fraction of the training rows "
+                                       "held back (a fixed, hash-chosen slice) to pick the best epoch.")
+    early_stop_patience: int = Field(default=2, ge=0, description="Stop after this many epochs without a "
+                                     "better validation loss (0: never stop early).")
+    log_every_steps: int = Field(default=10, ge=1, description="Record training metrics every N optimizer "
+                                 "steps (each record synchronises the GPU, so keep it above 1 there).")

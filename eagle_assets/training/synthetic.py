@@ -1,0 +1,101 @@
+"""Random features in the storage layout, for tests and benchmarks of the training path.
+
+Writes exactly what the ``token_sequences`` and ``hidden_states`` assets write (see DESIGN's
+contracts), with random tokens and random bf16 hidden states, plus a *head-only* verifier folder:
+``config.json`` and a ``model.safetensors`` holding only ``model.embed_tokens.weight``,
+``lm_head.weight`` and ``model.norm.weight`` -- all that speculators reads from a verifier to train
+a draft. Nothing here produces a usable draft; it exercises the machinery at a chosen shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+from safetensors.torch import save_file
+
+from eagle_assets.storage import atomic_path, file_sha256, write_json, write_parquet
+
+
+def write_head_only_verifier(folder: Path, config, seed: int = 0, device: str = "cpu") -> Path:
+    """Save ``config`` (a transformers ``PretrainedConfig``) and random embedding/head/norm weights."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(folder)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape = (config.vocab_size, config.hidden_size)
+    tensors = {
+        "model.embed_tokens.weight": torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) * 0.02,
+        "lm_head.weight": torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) * 0.02,
+        "model.norm.weight": torch.ones(config.hidden_size, dtype=torch.bfloat16),
+    }
+    with atomic_path(folder / "model.safetensors") as tmp:
+        save_file({k: v.cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+    return folder
+
+
+def write_random_features(
+    root: Path,
+    partition: str,
+    *,
+    verifier_path: Path,
+    layer_ids: list[int],
+    hidden_size: int,
+    vocab_size: int,
+    num_rows: int,
+    seq_len: tuple[int, int],
+    prompt_fraction: float = 0.3,
+    seed: int = 0,
+    device: str = "cpu",
+) -> None:
+    """Write ``num_rows`` random train-split rows of ``partition`` under the storage ``root``.
+
+    ``layer_ids`` are the captured layers in file order: the auxiliary ids, then the final layer's.
+    """
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    seq_folder = Path(root) / "token_sequences" / partition
+    hs_folder = Path(root) / "hidden_states" / partition
+    (hs_folder / "tensors").mkdir(parents=True, exist_ok=True)
+    seq_rows, index_rows = [], []
+    for i in range(num_rows):
+        length = int(rng.integers(seq_len[0], seq_len[1] + 1))
+        input_ids = rng.integers(0, vocab_size, size=length, dtype=np.int64)
+        prompt_len = max(1, int(length * prompt_fraction))
+        loss_mask = np.r_[np.zeros(prompt_len, np.int8), np.ones(length - prompt_len, np.int8)]
+        prompt_id = hashlib.sha256(f"{partition}/{seed}/{i}".encode()).hexdigest()[:16]
+        content_id = hashlib.sha256(input_ids.tobytes() + str(layer_ids).encode()).hexdigest()[:32]
+        hidden = torch.randn(
+            (length, len(layer_ids), hidden_size), generator=gen, device=device, dtype=torch.bfloat16
+        )
+        rel = f"tensors/{content_id}.safetensors"
+        with atomic_path(hs_folder / rel) as tmp:
+            save_file({"hidden_states": hidden.cpu(), "token_ids": torch.from_numpy(input_ids)}, str(tmp))
+        seq_rows.append(
+            {"prompt_id": prompt_id, "split": "train", "input_ids": input_ids.astype(np.int32).tolist(),
+             "loss_mask": loss_mask.tolist(), "seq_len": length, "origin": "rendered"}
+        )
+        index_rows.append(
+            {"prompt_id": prompt_id, "split": "train", "content_id": content_id, "file": rel,
+             "seq_len": length, "sha256": file_sha256(hs_folder / rel)}
+        )
+    seq_schema = pa.schema([
+        ("prompt_id", pa.string()), ("split", pa.string()), ("input_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())), ("seq_len", pa.int32()), ("origin", pa.string()),
+    ])
+    index_schema = pa.schema([
+        ("prompt_id", pa.string()), ("split", pa.string()), ("content_id", pa.string()),
+        ("file", pa.string()), ("seq_len", pa.int32()), ("sha256", pa.string()),
+    ])
+    write_parquet(pa.Table.from_pylist(seq_rows, schema=seq_schema), seq_folder / "sequences.parquet")
+    write_parquet(pa.Table.from_pylist(index_rows, schema=index_schema), hs_folder / "index.parquet")
+    config = json.loads((Path(verifier_path) / "config.json").read_text())
+    write_json(
+        {"verifier_path": str(verifier_path), "verifier_id": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
+         "backend": "synthetic", "layer_ids": list(layer_ids), "hidden_size": hidden_size, "dtype": "bfloat16"},
+        hs_folder / "manifest.json",
+    )
