@@ -34,6 +34,9 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "eagle_assets.plugins.demo_source",
     "eagle_assets.plugins.local_files",
     "eagle_assets.plugins.open_perfectblend",
+    "eagle_assets.plugins.transformers_backend",
+    "eagle_assets.plugins.vllm_backend",
+    "eagle_assets.plugins.kimi_backend",
 )
 
 

@@ -1,0 +1,64 @@
+"""The verifier every model-facing asset agrees on: which model, through which backend, which layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from eagle_assets.backends import VerifierBackend
+
+
+class Verifier(dg.ConfigurableResource):
+    """The verifier model and the backend that reads it (tokenizer, template, hidden states).
+
+    ``token_sequences`` renders with its chat template, ``hidden_states`` extracts its layers, and
+    training and evaluation find the verifier folder here.
+    """
+
+    model_path: str = Field(
+        default="",
+        description="Hugging Face model folder of the verifier; empty = the embedded tiny verifier "
+        "(built and cached on first use).",
+    )
+    backend: str = Field(
+        default="transformers",
+        description="Registered verifier backend (`eagle-assets plugins` lists them): transformers, vllm, kimi, ...",
+    )
+    aux_layer_ids: list[int] = Field(
+        default_factory=list,
+        description="EAGLE-3 auxiliary layer ids (layer k = output of k decoder layers); empty = the "
+        "backend's default, [2, n//2, n-3] for most models. The final layer is always added.",
+    )
+    device: str = Field(default="auto", description="Extraction device: auto (cuda if present), cuda, cuda:1, cpu.")
+    dtype: str = Field(default="auto", description="Compute dtype: auto (bf16 on GPU, fp32 on CPU), bfloat16, float32.")
+    batch_tokens: int = Field(
+        default=16384, gt=0,
+        description="Padded tokens per extraction batch (rows x longest row); 16384 = 8 rows of 2K on one H200.",
+    )
+
+    def resolved_model_path(self) -> Path:
+        if self.model_path:
+            path = Path(self.model_path).expanduser()
+            if not (path / "config.json").exists():
+                raise FileNotFoundError(
+                    f"verifier.model_path {path} has no config.json: point it at a Hugging Face model folder "
+                    "(or leave it empty for the embedded tiny verifier)"
+                )
+            return path
+        from eagle_assets.tiny_verifier import cached_tiny_verifier
+
+        return Path(cached_tiny_verifier())
+
+    def get_backend(self) -> VerifierBackend:
+        from eagle_assets.plugin_manager import verifier_backend
+
+        return verifier_backend(self.backend)
+
+    def layer_ids(self) -> list[int]:
+        """Aux ids (configured or default) followed by the final layer id."""
+        return self.get_backend().capture_layer_ids(self.resolved_model_path(), self.aux_layer_ids or None)
+
+    def identity(self) -> str:
+        return self.get_backend().identity(self.resolved_model_path())
