@@ -22,13 +22,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
+	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/eagle-assets demo
 
 test: install
 	$(BIN)/pytest -q
 
 ui: install
-	mkdir -p $(DAGSTER_HOME)
+	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean:

@@ -39,6 +39,8 @@ def run_demo(
             instance=instance,
             resources=defs.resources,
             raise_on_error=False,
+            # INFO, not the in-process default DEBUG: the assets' progress lines, not every engine event.
+            run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
             tags={"eagle_assets/command": "demo"},
         )
         results.append(result)
