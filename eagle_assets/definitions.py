@@ -6,7 +6,7 @@ import dagster as dg
 
 from eagle_assets.assets import ASSET_FAMILIES
 from eagle_assets.partitions import source_partitions
-from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
 
 def build_definitions(resources: dict | None = None) -> dg.Definitions:
@@ -22,7 +22,7 @@ def build_definitions(resources: dict | None = None) -> dg.Definitions:
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
-        resources={"storage": StorageRoot(), "verifier": Verifier(), **(resources or {})},
+        resources={"storage": StorageRoot(), "verifier": Verifier(), "vllm_server": VLLMServer(), **(resources or {})},
     )
 
 

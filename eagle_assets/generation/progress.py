@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,8 +59,6 @@ class Progress:
 async def report_every(interval_s: float, progress: Progress, log: Callable[[str], None],
                        on_tick: Callable[[], None] | None = None) -> None:
     """Log ``progress`` every ``interval_s`` seconds until cancelled; ``on_tick`` runs each time too."""
-    import asyncio
-
     while True:
         await asyncio.sleep(interval_s)
         log(progress.line())

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.storage import remove_stale_temporaries, write_parquet
+from eagle_assets.storage import combined_hash, remove_stale_temporaries, write_parquet
 
 SHARD_GLOB = "shard-*.parquet"
 
@@ -83,6 +83,18 @@ def done_prompt_ids(folder: Path) -> set[str]:
     latest = load_samples(folder, columns=["status"])
     ok = latest.filter(pc.equal(latest["status"], "ok"))
     return set(ok["prompt_id"].to_pylist())
+
+
+def content_hash(samples: pa.Table) -> str:
+    """A hash of what downstream assets read: ids, status, texts and the exact token ids."""
+    parts: list[bytes | str] = []
+    for name in ("prompt_id", "status", "finish_reason", "reasoning", "content"):
+        parts.append("\x1f".join(repr(v) for v in samples[name].to_pylist()))
+    for name in ("prompt_token_ids", "token_ids"):
+        column = samples[name].combine_chunks()
+        parts.append(pc.fill_null(pc.list_value_length(column), -1).to_numpy().tobytes())
+        parts.append(pc.list_flatten(column).to_numpy().tobytes())
+    return combined_hash(parts)[:16]
 
 
 class ShardWriter:

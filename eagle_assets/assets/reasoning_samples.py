@@ -1,0 +1,227 @@
+"""The ``reasoning_samples`` asset: the verifier's own thinking and answers, with the exact tokens."""
+
+# No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import time
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import Field, field_validator
+
+from eagle_assets.generation.capture import capture
+from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
+from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples
+from eagle_assets.resources import StorageRoot, VLLMServer
+from eagle_assets.resources.vllm_server import VLLMServerError
+
+# Bump when the rows this asset writes for the same input would change.
+CODE_VERSION = "reasoning_samples-1"
+PROMPTS_FILE = "prompts.parquet"
+SPLITS = ("train", "heldout")
+PERCENTILES = (50, 90, 99)
+
+
+class ReasoningSamplesConfig(dg.Config):
+    """Launchpad settings of the ``reasoning_samples`` asset."""
+
+    concurrency: int = Field(default=200, ge=1, description="Requests in flight at once (over all base URLs).")
+    temperature: float = Field(default=0.6, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling top_p.")
+    max_tokens: int = Field(default=8192, ge=1, description="Most new tokens per sample (thinking + answer).")
+    seed: int | None = Field(
+        default=None, description="Base seed; each prompt gets its own seed derived from it. Empty = unseeded."
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Chat-template switches passed to the server, e.g. {enable_thinking: true} for Qwen3.",
+    )
+    request_timeout_s: float = Field(default=1800.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(
+        default=4, ge=0, description="Retries (exponential backoff, jitter) on 408/429/5xx, timeouts, connection errors."
+    )
+    shard_rows: int = Field(default=256, ge=1, description="Rows per Parquet shard (a kill loses at most one shard).")
+    flush_interval_s: float = Field(default=30.0, gt=0, description="Write a shard at least this often (seconds).")
+    progress_interval_s: float = Field(default=5.0, gt=0, description="Seconds between progress log lines.")
+    splits: list[str] = Field(
+        default=list(SPLITS),
+        description="Which prompt splits to generate for: train (training data) and heldout (the eval's prompts).",
+    )
+    max_error_rate: float = Field(default=0.02, ge=0, le=1, description="Check: largest tolerated share of errors.")
+    max_truncation_rate: float = Field(
+        default=0.25, ge=0, le=1, description="Check: largest tolerated share of samples cut at max_tokens."
+    )
+
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(SPLITS))
+        if unknown or not value:
+            raise ValueError(f"splits: unknown or empty {unknown or value}; use any of {list(SPLITS)}")
+        return value
+
+
+def _read_prompts(storage: StorageRoot, partition: str, splits: list[str]) -> pa.Table:
+    path = storage.path("prompts", partition) / PROMPTS_FILE
+    if not path.exists():
+        raise dg.Failure(
+            description=f"no prompts for partition {partition!r} at {path}: materialize the `prompts` asset "
+            "for this partition first."
+        )
+    table = pq.read_table(path, columns=["prompt_id", "messages", "split"])
+    return table.filter(pc.is_in(table["split"], pa.array(splits)))
+
+
+def _percentiles(name: str, values: np.ndarray) -> dict:
+    if values.size == 0:
+        return {}
+    return {f"{name}_p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
+
+
+def _metadata(samples: pa.Table, selected: int, path, run: dict) -> dict:
+    ok = samples.filter(pc.equal(samples["status"], "ok"))
+    n_ok = ok.num_rows
+    completion = ok["completion_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
+    reasoning_chars = pc.fill_null(pc.utf8_length(ok["reasoning"]), 0).to_numpy(zero_copy_only=False)
+    truncated = int(pc.sum(ok["truncated"]).as_py() or 0)
+    return {
+        "dagster/row_count": samples.num_rows,
+        "prompts_selected": selected,
+        "ok": n_ok,
+        "errors": samples.num_rows - n_ok,
+        "missing": selected - samples.num_rows,
+        "truncated": truncated,
+        "unfinished_thinking": int(pc.sum(ok["unfinished_thinking"]).as_py() or 0),
+        "truncation_rate": truncated / n_ok if n_ok else 0.0,
+        "error_rate": (selected - n_ok) / selected if selected else 0.0,
+        "prompt_tokens_total": int(pc.sum(ok["prompt_tokens"]).as_py() or 0),
+        "completion_tokens_total": int(completion.sum()),
+        **_percentiles("completion_tokens", completion),
+        **_percentiles("reasoning_chars", reasoning_chars),
+        **run,
+        "path": dg.MetadataValue.path(str(path)),
+    }
+
+
+def build(partitions: dg.PartitionsDefinition) -> dict:
+    @dg.asset(
+        name="reasoning_samples",
+        partitions_def=partitions,
+        deps=["prompts"],
+        group_name="generation",
+        kinds={"vllm", "parquet"},
+        code_version=CODE_VERSION,
+        pool="gpu",  # the server holds the GPUs: never beside hidden-state extraction
+        check_specs=[
+            dg.AssetCheckSpec(
+                "error_rate_below_limit",
+                asset="reasoning_samples",
+                blocking=True,
+                description="Share of selected prompts without an ok sample is at most max_error_rate.",
+            ),
+            dg.AssetCheckSpec(
+                "truncation_rate_below_limit",
+                asset="reasoning_samples",
+                description="Share of samples cut at max_tokens is at most max_truncation_rate.",
+            ),
+        ],
+    )
+    def reasoning_samples(
+        context: dg.AssetExecutionContext,
+        config: ReasoningSamplesConfig,
+        storage: StorageRoot,
+        vllm_server: VLLMServer,
+    ) -> dg.MaterializeResult:
+        """The verifier's own reasoning and answer for every prompt of the partition, with exact tokens.
+
+        One request per prompt to the vLLM server (reasoning parser on), up to ``max_tokens`` new
+        tokens, ``concurrency`` in flight. Rows are appended to Parquet shards as they finish; a
+        re-materialization skips prompts that already have an ok sample and retries the errors.
+        """
+        name = context.partition_key
+        prompts = _read_prompts(storage, name, config.splits)
+        folder = storage.path("reasoning_samples", name)
+        done = done_prompt_ids(folder)
+        todo = [
+            PromptRequest(pid, messages, split)
+            for pid, messages, split in zip(
+                prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist()
+            )
+            if pid not in done
+        ]
+        context.log.info(
+            f"{name}: {prompts.num_rows} prompts in splits {config.splits}, "
+            f"{prompts.num_rows - len(todo)} already captured, {len(todo)} to capture"
+        )
+        run: dict = {"captured_this_run": 0}
+        if todo:
+            sampling = Sampling(config.temperature, config.top_p, config.max_tokens, config.seed,
+                                dict(config.chat_template_kwargs))
+            settings = ClientSettings(
+                concurrency=config.concurrency,
+                request_timeout_s=config.request_timeout_s,
+                max_retries=config.max_retries,
+                api_key=vllm_server.api_key(),
+            )
+            started = time.monotonic()
+            try:
+                with vllm_server.serve(log=context.log) as base_urls:
+                    report = capture(
+                        base_urls, todo, folder, sampling, settings, context.log.info,
+                        rows_per_shard=config.shard_rows, flush_interval_s=config.flush_interval_s,
+                        progress_interval_s=config.progress_interval_s, label=f"reasoning_samples[{name}]",
+                    )
+            except (ServerUnavailable, VLLMServerError) as exc:
+                raise dg.Failure(
+                    description=f"{exc}\nSamples finished so far are kept in {folder}; re-materialize to resume."
+                ) from None
+            progress = report.progress
+            run = {
+                "captured_this_run": progress.done,
+                "errors_this_run": progress.errors,
+                "http_attempts": report.http_attempts,
+                "http_retries": max(report.http_attempts - progress.done, 0),
+                "requests_per_s": progress.requests_per_s,
+                "output_tokens_per_s": progress.tokens_per_s,
+                "capture_s": progress.elapsed_s,
+                "wall_s": time.monotonic() - started,
+                "server_model": report.server_model,
+                "vllm_version": report.vllm_version,
+            }
+
+        samples = load_samples(folder)
+        samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
+        meta = _metadata(samples, prompts.num_rows, folder, run)
+        for message in _error_examples(samples):
+            context.log.warning(message)
+        return dg.MaterializeResult(
+            metadata=meta,
+            data_version=dg.DataVersion(content_hash(samples)),
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name="error_rate_below_limit",
+                    passed=meta["error_rate"] <= config.max_error_rate,
+                    metadata={"error_rate": meta["error_rate"], "limit": config.max_error_rate,
+                              "errors": meta["errors"], "missing": meta["missing"]},
+                ),
+                dg.AssetCheckResult(
+                    check_name="truncation_rate_below_limit",
+                    passed=meta["truncation_rate"] <= config.max_truncation_rate,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata={"truncation_rate": meta["truncation_rate"], "limit": config.max_truncation_rate,
+                              "hint": "raise max_tokens (and the server's max_model_len) if this fails"},
+                ),
+            ],
+        )
+
+    return {"assets": [reasoning_samples]}
+
+
+def _error_examples(samples: pa.Table, shown: int = 10) -> list[str]:
+    errors = samples.filter(pc.equal(samples["status"], "error"))
+    return [
+        f"prompt {pid}: {error} (retried on the next materialization)"
+        for pid, error in zip(errors["prompt_id"].to_pylist()[:shown], errors["error"].to_pylist()[:shown])
+    ]
