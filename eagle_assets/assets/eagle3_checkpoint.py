@@ -1,0 +1,182 @@
+"""The ``eagle3_checkpoint`` asset: an EAGLE-3 draft trained by speculators on the verifier's own outputs.
+
+It reads the files of ``token_sequences`` and ``hidden_states`` (all partitions, or a chosen subset)
+straight from storage, lays out a speculators training folder that links to the tensors, picks the
+draft vocabulary from supervised-token frequencies, runs speculators' trainer in a child process
+(CPU adaptations only where there is no GPU), and keeps the best epoch by validation loss on a held-back
+slice. The kept folder is speculators format, which vLLM serves as an ``eagle3`` speculator.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import json
+import time
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from eagle_assets.resources import StorageRoot
+from eagle_assets.storage import write_json
+from eagle_assets.training.checkpoint import keep_checkpoint, load_with_speculators, verifier_mismatches
+from eagle_assets.training.data_dir import FeatureManifest, TrainingDataError, build_training_data
+from eagle_assets.training.settings import TrainingSettings
+
+ASSET = "eagle3_checkpoint"
+UPSTREAM = ("token_sequences", "hidden_states")
+# Bump when the same inputs and settings would train a different checkpoint.
+CODE_VERSION = "eagle3_checkpoint-1"
+WORK_DIR = "_work"
+LATEST_FILE = "latest.json"
+TRAINING_FILE = "training.json"
+
+
+class Eagle3TrainingConfig(dg.Config, TrainingSettings):
+    """Launchpad settings of ``eagle3_checkpoint``: which partitions to train on, and the draft recipe."""
+
+    partitions: list[str] = Field(
+        default_factory=list,
+        description="Dataset partitions to train on (their train split); empty = every partition whose "
+        "token_sequences and hidden_states are materialized.",
+    )
+
+
+def _settings(config: Eagle3TrainingConfig) -> TrainingSettings:
+    return TrainingSettings(**config.model_dump(include=set(TrainingSettings.model_fields)))
+
+
+def _available(root: Path, partition: str) -> bool:
+    return (root / "token_sequences" / partition / "sequences.parquet").exists() and (
+        root / "hidden_states" / partition / "index.parquet"
+    ).exists()
+
+
+def _choose_partitions(config: Eagle3TrainingConfig, all_keys: list[str], root: Path, log) -> list[str]:
+    if config.partitions:
+        unknown = sorted(set(config.partitions) - set(all_keys))
+        if unknown:
+            raise dg.Failure(f"partitions {unknown} are not registered dataset sources; known: {all_keys}")
+        return list(config.partitions)
+    chosen = [p for p in all_keys if _available(root, p)]
+    skipped = sorted(set(all_keys) - set(chosen))
+    if skipped:
+        log.info(f"partitions without materialized token_sequences/hidden_states, not used: {skipped}")
+    if not chosen:
+        raise dg.Failure("no partition has materialized token_sequences and hidden_states: materialize them first")
+    return chosen
+
+
+def _latest_checkpoint(context) -> Path:
+    event = context.instance.get_latest_materialization_event(dg.AssetKey(ASSET))
+    if event is None:
+        raise dg.Failure(f"{ASSET} has never been materialized")
+    return Path(event.asset_materialization.metadata["path"].value)
+
+
+def _features_of(checkpoint: Path, root: Path) -> list[FeatureManifest]:
+    partitions = json.loads((checkpoint / TRAINING_FILE).read_text())["data"]["partitions"]
+    return [FeatureManifest.read(root / "hidden_states" / p) for p in partitions]
+
+
+def build(partitions: dg.PartitionsDefinition) -> dict:
+    all_partitions = dg.AllPartitionMapping()
+
+    @dg.asset(
+        name=ASSET,
+        deps=[dg.AssetDep(name, partition_mapping=all_partitions) for name in UPSTREAM],
+        kinds={"pytorch", "speculators", "safetensors"},
+        group_name="training",
+        code_version=CODE_VERSION,
+        pool="gpu",
+    )
+    def eagle3_checkpoint(context: dg.AssetExecutionContext, config: Eagle3TrainingConfig,
+                          storage: StorageRoot) -> dg.MaterializeResult:
+        """An EAGLE-3 draft checkpoint (speculators format, vLLM ``eagle3``) trained on the verifier's outputs.
+
+        The folder holds ``config.json`` + ``model.safetensors`` (draft, frozen embedding, ``d2t``/``t2d``),
+        ``training.json`` (settings, data, metrics) and ``lineage.json``. Best epoch by validation loss.
+        """
+        from eagle_assets.training import runner
+        from eagle_assets.training.vocab import build_draft_vocab
+
+        started = time.monotonic()
+        root = Path(storage.root)
+        settings = _settings(config)
+        chosen = _choose_partitions(config, partitions.get_partition_keys(), root, context.log)
+        work = storage.path(ASSET) / WORK_DIR
+        try:
+            data = build_training_data(root, chosen, work, log=context.log)
+        except TrainingDataError as err:
+            raise dg.Failure(str(err)) from err
+        manifest = data.manifest
+        context.log.info(
+            f"training data: {data.num_rows} rows ({data.num_tokens} tokens, {data.num_supervised_tokens} "
+            f"supervised) from {chosen}; verifier {manifest.verifier_path}, aux layers {manifest.aux_layer_ids}"
+        )
+        from eagle_assets.backends import VerifierBackend
+
+        vocab_size = VerifierBackend(name="config", description="").vocab_size(manifest.verifier_path)
+        vocab = build_draft_vocab(data.path, settings.draft_vocab_size, vocab_size, log=context.log)
+        context.log.info(f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering "
+                         f"{vocab.coverage:.1%} of supervised tokens")
+        run = runner.train(data, vocab, manifest.verifier_path, settings, work, context.log)
+        summary = run.summary
+        training = {
+            "settings": settings.model_dump(),
+            "code_version": CODE_VERSION,
+            "data": {"partitions": chosen, "folder": str(data.path), "content_hash": data.content_hash,
+                     "rows": data.num_rows, "tokens": data.num_tokens, "supervised_tokens": data.num_supervised_tokens,
+                     "skipped_without_hidden_states": data.skipped_without_hidden_states,
+                     "skipped_unsupervised": data.skipped_unsupervised},
+            "vocab": {"size": vocab.size, "coverage": vocab.coverage,
+                      "distinct_supervised_tokens": vocab.distinct_supervised_tokens},
+            "verifier": {"path": manifest.verifier_path, "identity": manifest.verifier_id,
+                         "layer_ids": manifest.layer_ids, "hidden_size": manifest.hidden_size},
+            "run": {"folder": str(run.run_dir), "dagster_run_id": context.run.run_id},
+            "metrics": summary,
+        }
+        folder, digest = keep_checkpoint(run.best_dir, storage.path(ASSET), {TRAINING_FILE: training})
+        write_json({"path": str(folder), "data_version": digest}, storage.path(ASSET) / LATEST_FILE)
+        context.log.info(f"kept checkpoint {folder} (epoch {summary['best_epoch']}, val loss {summary['val_loss']:.4f}) "
+                         f"after {time.monotonic() - started:.0f}s")
+        metadata = {
+            "path": dg.MetadataValue.path(str(folder)),
+            "partitions": ", ".join(chosen),
+            "rows": data.num_rows,
+            "tokens": data.num_tokens,
+            "supervised_tokens": data.num_supervised_tokens,
+            "draft_vocab_size": vocab.size,
+            "draft_vocab_coverage": round(vocab.coverage, 4),
+            "epochs_run": summary["epochs_run"],
+            "best_epoch": summary["best_epoch"],
+            "val_loss": summary["val_loss"],
+            "train_loss": summary["train_loss"],
+            "tokens_per_s": summary["tokens_per_s"],
+            **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
+        }
+        return dg.MaterializeResult(
+            metadata={k: v for k, v in metadata.items() if v is not None},
+            data_version=dg.DataVersion(digest[:16]),
+        )
+
+    @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
+                    description="The kept checkpoint loads with speculators (config, weights, vocab maps, verifier weights).")
+    def loads_with_speculators(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        folder = _latest_checkpoint(context)
+        model = load_with_speculators(folder)
+        return dg.AssetCheckResult(
+            passed=True,
+            metadata={"model_class": type(model).__name__,
+                      "draft_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)},
+        )
+
+    @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
+                    description="Hidden size, aux layer ids and d2t/t2d vocab maps agree with the verifier "
+                    "and with the hidden_states manifests the draft was trained on.")
+    def matches_verifier(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
+        folder = _latest_checkpoint(context)
+        problems = []
+        for manifest in _features_of(folder, Path(storage.root)):
+            problems += verifier_mismatches(folder, Path(manifest.verifier_path), manifest)
+        return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
+
+    return {"assets": [eagle3_checkpoint], "checks": [loads_with_speculators, matches_verifier]}
