@@ -1,0 +1,162 @@
+"""The ``token_sequences`` asset: exact training rows (``input_ids`` + ``loss_mask``) per partition,
+and the ``template_drift`` check that catches a chat-template or tokenizer change before training."""
+
+# No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import time
+from pathlib import Path
+from typing import Literal
+
+import dagster as dg
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from eagle_assets.assets.prompts import FILE_NAME as PROMPTS_FILE
+from eagle_assets.generation.store import load_samples
+from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.storage import write_json, write_parquet
+from eagle_assets.tokenization import DriftReport, Policy, build_rows, content_hash, measure_drift, template_hash
+
+CODE_VERSION = "token_sequences-1"
+FILE_NAME = "sequences.parquet"
+REPORT_FILE = "tokenization.json"
+# Prompts render deterministically: any prompt mismatch means another template or tokenizer.
+MAX_PROMPT_MISMATCH_RATE = 0.0
+# Completions may legitimately differ (the model sampled a non-canonical tokenization).
+WARN_COMPLETION_MISMATCH_RATE = 0.1
+DRIFT_SAMPLE_SIZE = 64
+
+
+class TokenSequencesConfig(dg.Config):
+    """Launchpad settings of the ``token_sequences`` asset."""
+
+    max_length: int = Field(default=16384, ge=2, description="Longest row kept, in tokens (prompt + completion).")
+    overlength_policy: Literal["truncate", "drop"] = Field(
+        default="truncate",
+        description="Rows longer than max_length: truncate the completion to fit, or drop the row.",
+    )
+    truncated_policy: Literal["keep", "drop"] = Field(
+        default="keep",
+        description="Samples whose generation hit max_tokens (finish_reason 'length'): keep them (still the "
+        "verifier's own text) or drop them.",
+    )
+    splits: list[str] = Field(default=["train", "heldout"], description="Prompt splits to turn into rows.")
+    drift_sample_size: int = Field(
+        default=DRIFT_SAMPLE_SIZE, ge=0, description="Server-token samples re-rendered locally by the drift check."
+    )
+
+
+def _messages(storage: StorageRoot, partition: str) -> dict[str, list[dict]]:
+    path = storage.path("prompts", partition) / PROMPTS_FILE
+    if not path.exists():
+        return {}
+    table = pq.read_table(path, columns=["prompt_id", "messages"])
+    return dict(zip(table["prompt_id"].to_pylist(), table["messages"].to_pylist()))
+
+
+def renderer(verifier: Verifier):
+    """(messages, reasoning, content) -> (prompt ids, completion ids) through the verifier's template."""
+    backend, path = verifier.get_backend(), verifier.resolved_model_path()
+    tokenizer = backend.load_tokenizer(path)
+    stops = backend.stop_token_ids(tokenizer, path)
+
+    def render(messages, reasoning, content):
+        return backend.render(tokenizer, messages, reasoning, content, stops)
+
+    return render, tokenizer
+
+
+def drift_check_result(report: DriftReport) -> dg.AssetCheckResult:
+    prompt_ok = report.prompt_mismatch_rate <= MAX_PROMPT_MISMATCH_RATE
+    completion_ok = report.completion_mismatch_rate <= WARN_COMPLETION_MISMATCH_RATE
+    return dg.AssetCheckResult(
+        check_name="template_drift",
+        passed=prompt_ok and completion_ok,
+        severity=dg.AssetCheckSeverity.ERROR if not prompt_ok else dg.AssetCheckSeverity.WARN,
+        metadata={**report.metadata(), "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in report.examples[:10]) or "none")},
+        description=None if prompt_ok else (
+            "the local chat template/tokenizer does not reproduce the server's prompt tokens: the verifier "
+            "folder differs from the one that generated the samples; regenerate or point verifier.model_path at it"
+        ),
+    )
+
+
+def build(partitions: dg.PartitionsDefinition) -> dict:
+    @dg.asset(
+        name="token_sequences",
+        partitions_def=partitions,
+        deps=["reasoning_samples", "prompts"],
+        group_name="training_data",
+        kinds={"python", "parquet"},
+        code_version=CODE_VERSION,
+    )
+    def token_sequences(context: dg.AssetExecutionContext, config: TokenSequencesConfig, storage: StorageRoot,
+                        verifier: Verifier) -> dg.MaterializeResult:
+        """Training rows of one partition: the verifier's exact prompt + completion tokens, with a loss
+        mask of 0 on the prompt and 1 on the thinking, answer and stop token.
+
+        Server token ids are used as they are; samples without them are rendered through the
+        verifier's chat template. Error rows, other splits and (by policy) truncated or overlong
+        samples are counted by reason, never silently lost.
+        """
+        partition = context.partition_key
+        started = time.monotonic()
+        samples = load_samples(storage.path("reasoning_samples", partition))
+        messages = _messages(storage, partition)
+        render, tokenizer = renderer(verifier)
+        policy = Policy(config.max_length, config.overlength_policy, config.truncated_policy, tuple(config.splits))
+        built = build_rows(samples, messages, render, policy)
+        table = built.table()
+        folder = storage.path("token_sequences", partition)
+        path = write_parquet(table, folder / FILE_NAME)
+        drift = measure_drift(samples, messages, render, config.drift_sample_size)
+        version = content_hash(table)
+        write_json({"policy": config.model_dump(), "verifier": str(verifier.resolved_model_path()),
+                    "verifier_identity": verifier.identity(), "template_hash": template_hash(tokenizer),
+                    "drift": drift.metadata(), "content_hash": version}, folder / REPORT_FILE)
+        seq_lens = table["seq_len"].to_pylist()
+        supervised = sum(int(m.sum()) for m in (r["loss_mask"] for r in built.rows))
+        origins = table["origin"].to_pylist()
+        elapsed = time.monotonic() - started
+        context.log.info(
+            f"{partition}: {table.num_rows} rows from {samples.num_rows} samples "
+            f"({sum(seq_lens)} tokens, {sum(seq_lens) / max(elapsed, 1e-9):.0f} tok/s), skipped {dict(built.skipped)}; "
+            f"drift: prompt {drift.prompt_mismatch_rate:.1%}, completion {drift.completion_mismatch_rate:.1%} "
+            f"of {drift.checked}"
+        )
+        for example in drift.examples[:5]:
+            context.log.warning(f"template drift: {example}")
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": table.num_rows,
+                "samples": samples.num_rows,
+                "tokens": sum(seq_lens),
+                "supervised_tokens": supervised,
+                "max_seq_len": max(seq_lens, default=0),
+                "mean_seq_len": sum(seq_lens) / len(seq_lens) if seq_lens else 0.0,
+                "server_tokens_rows": origins.count("server_tokens"),
+                "rendered_rows": origins.count("rendered"),
+                "cut_to_max_length": built.cut_to_max_length,
+                **{f"skipped_{reason}": n for reason, n in sorted(built.skipped.items())},
+                **drift.metadata(),
+                "template_hash": template_hash(tokenizer),
+                "path": dg.MetadataValue.path(str(path)),
+            },
+            data_version=dg.DataVersion(version),
+        )
+
+    @dg.asset_check(
+        asset=token_sequences,
+        name="template_drift",
+        partitions_def=partitions,
+        additional_deps=["reasoning_samples", "prompts"],
+        description="Re-renders a sample of server-token records with the local chat template and tokenizer; "
+        "fails on any prompt mismatch (a changed template/tokenizer), warns when many completions differ.",
+    )
+    def template_drift(context: dg.AssetCheckExecutionContext, storage: StorageRoot,
+                       verifier: Verifier) -> dg.AssetCheckResult:
+        partition = context.partition_key
+        samples = load_samples(Path(storage.path("reasoning_samples", partition)))
+        render, _ = renderer(verifier)
+        return drift_check_result(measure_drift(samples, _messages(storage, partition), render, DRIFT_SAMPLE_SIZE))
+
+    return {"assets": [token_sequences], "checks": [template_drift]}
