@@ -11,6 +11,9 @@ speculators 0.9.0 assumes a CUDA-like accelerator in five places (read in its so
 5. Resuming loads ``model.safetensors`` and optimizer state onto ``get_current_device()``,
    which is ``"cuda:0"`` when there is no accelerator.
 
+It also caps torch's intra-op threads (``cpu_threads``): OpenMP threads that share busy cores with
+other processes spin at every barrier, and a small draft's matrices gain nothing from them.
+
 (1), (2) and (5) are patched here, in the training process only, and only when CUDA is absent;
 (3) and (4) are ordinary training flags, returned by :func:`cpu_train_flags`. On a GPU host
 nothing here runs and speculators trains unchanged.
@@ -32,10 +35,12 @@ def cpu_train_flags() -> dict[str, str]:
     return {"draft_attn_impl": "sdpa", "loss_implementation": "eager"}
 
 
-def apply_cpu_adaptations() -> None:
+def apply_cpu_adaptations(threads: int) -> None:
     """Patch adaptations 1, 2 and 5 into the already-imported speculators trainer modules."""
     import torch
     from speculators.train import checkpointer, trainer
+
+    torch.set_num_threads(threads)
 
     def synchronize_nothing(device=None) -> None:
         # CPU kernels run synchronously: there is nothing to wait for.

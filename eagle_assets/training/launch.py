@@ -35,6 +35,7 @@ def _own_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--early-stop-patience", type=int, default=0,
                         help="Stop after this many epochs without a better validation loss (0: never).")
     parser.add_argument("--metrics-file", type=Path, required=True, help="JSON-lines file for metric records.")
+    parser.add_argument("--cpu-threads", type=int, default=1, help="Intra-op threads when training on CPU.")
     parser.add_argument("--progress-seconds", type=float, default=5.0,
                         help="Print a training progress line at most this often.")
     if "--" not in argv:
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     from eagle_assets.training import cpu
 
     if cpu.needs_cpu_adaptations():
-        cpu.apply_cpu_adaptations()
+        cpu.apply_cpu_adaptations(own.cpu_threads)
     _install_early_stopping(own.early_stop_patience)
 
     from speculators.train.cli import main as speculators_main

@@ -104,7 +104,8 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
 
 
 def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_argv: list[str]) -> list[str]:
-    own = ["--metrics-file", str(metrics_file), "--early-stop-patience", str(settings.early_stop_patience)]
+    own = ["--metrics-file", str(metrics_file), "--early-stop-patience", str(settings.early_stop_patience),
+           "--cpu-threads", str(settings.cpu_threads)]
     if settings.num_processes > 1:
         head = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc_per_node={settings.num_processes}"]
