@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import httpx
 import openai
 
+from eagle_assets.generation.http import httpx
 from eagle_assets.generation.parsing import MalformedResponse, parse_completion
 from eagle_assets.generation.progress import Progress
 

@@ -1,0 +1,267 @@
+"""Unit tests of the capture engine's parts: response parsing, the shard store, retries and errors.
+
+The engine tests put an ``httpx.MockTransport`` under the real OpenAI client, so the client's own
+retry/backoff machinery runs; the real server is exercised in test_reasoning_samples.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from eagle_assets.generation.http import httpx
+from eagle_assets.generation.capture import capture
+from eagle_assets.generation.engine import (
+    CaptureEngine,
+    ClientSettings,
+    PromptRequest,
+    Sampling,
+    ServerUnavailable,
+)
+from eagle_assets.generation.parsing import MalformedResponse, parse_completion, split_reasoning
+from eagle_assets.generation.progress import Progress
+from eagle_assets.generation.store import ShardWriter, content_hash, done_prompt_ids, load_samples, shard_paths
+
+
+def body(message: dict, finish_reason: str = "stop", token_ids=(5, 6, 2)) -> dict:
+    return {
+        "model": "tiny",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "token_ids": list(token_ids)}],
+        "prompt_token_ids": [1, 2, 3, 4],
+        "usage": {"prompt_tokens": 4, "completion_tokens": len(token_ids)},
+    }
+
+
+# ----------------------------------------------------------------------------------- parsing
+def test_reasoning_field_is_read_first():
+    assert split_reasoning({"reasoning": "r", "reasoning_content": "old", "content": "a"}) == ("r", "a")
+
+
+def test_reasoning_content_is_the_fallback_for_older_servers():
+    assert split_reasoning({"reasoning_content": "old", "content": "a"}) == ("old", "a")
+
+
+def test_inline_think_block_is_split_when_the_server_runs_no_parser():
+    assert split_reasoning({"content": "<think>2+2 is 4</think>The answer is 4."}) == ("2+2 is 4", "The answer is 4.")
+    # The chat template may open <think> itself, so the output only closes it.
+    assert split_reasoning({"content": "2+2 is 4</think>4"}) == ("2+2 is 4", "4")
+
+
+def test_unclosed_inline_think_block_is_all_reasoning():
+    assert split_reasoning({"content": "<think>still going"}) == ("still going", None)
+    assert split_reasoning({"content": "plain answer"}) == (None, "plain answer")
+
+
+def test_parse_completion_flags_truncation_and_unfinished_thinking():
+    row = parse_completion(body({"reasoning": "step 1, step 2", "content": None}, finish_reason="length"))
+    assert row["truncated"] is True and row["unfinished_thinking"] is True
+    assert row["token_ids"] == [5, 6, 2] and row["prompt_token_ids"] == [1, 2, 3, 4]
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (4, 3)
+
+    done = parse_completion(body({"reasoning": "think", "content": "42"}))
+    assert done["truncated"] is False and done["unfinished_thinking"] is False
+    assert (done["reasoning"], done["content"], done["finish_reason"]) == ("think", "42", "stop")
+
+
+@pytest.mark.parametrize(
+    "bad, reason",
+    [({"choices": []}, "no choices"), ({"model": "x"}, "no choices"), (["not", "an", "object"], "not a JSON object")],
+)
+def test_parse_completion_rejects_unusable_bodies_with_the_reason(bad, reason):
+    with pytest.raises(MalformedResponse, match=reason):
+        parse_completion(bad)
+
+
+# ----------------------------------------------------------------------------------- store
+def sample_row(pid: str, status: str = "ok", tokens=(7, 8), **extra) -> dict:
+    return {"prompt_id": pid, "split": "train", "status": status, "error": None if status == "ok" else "boom",
+            "token_ids": list(tokens), "prompt_token_ids": [1], "completion_tokens": len(tokens), **extra}
+
+
+def test_writer_makes_whole_shards_and_load_keeps_the_latest_row_per_prompt(tmp_path):
+    with ShardWriter(tmp_path, rows_per_shard=2) as writer:
+        writer.add(sample_row("a", status="error"))
+        writer.add(sample_row("b"))
+        writer.add(sample_row("a", tokens=(9,)))  # the retry of a's error, in a later shard
+    assert len(shard_paths(tmp_path)) == 2
+    assert sum(pq.read_metadata(p).num_rows for p in shard_paths(tmp_path)) == 3
+
+    samples = load_samples(tmp_path)
+    assert samples["prompt_id"].to_pylist() == ["a", "b"]
+    assert samples["status"].to_pylist() == ["ok", "ok"]
+    assert samples["token_ids"].to_pylist() == [[9], [7, 8]]
+    assert done_prompt_ids(tmp_path) == {"a", "b"}
+
+
+def test_error_rows_are_not_done_so_the_next_run_retries_them(tmp_path):
+    with ShardWriter(tmp_path) as writer:
+        writer.add(sample_row("a"))
+        writer.add(sample_row("b", status="error"))
+    assert done_prompt_ids(tmp_path) == {"a"}
+
+
+def test_stale_flush_writes_a_shard_without_waiting_for_a_full_one(tmp_path):
+    writer = ShardWriter(tmp_path, rows_per_shard=1000, max_age_s=0.0)
+    writer.add(sample_row("a"))
+    writer.flush_if_stale()
+    writer.close()
+    assert len(shard_paths(tmp_path)) == 1
+
+
+def test_empty_folder_loads_an_empty_table_and_crash_leftovers_are_removed(tmp_path):
+    (tmp_path / ".shard-x.parquet.abc.tmp").write_bytes(b"half a shard")
+    assert load_samples(tmp_path).num_rows == 0
+    ShardWriter(tmp_path).close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_content_hash_follows_the_tokens(tmp_path):
+    with ShardWriter(tmp_path / "one") as writer:
+        writer.add(sample_row("a"))
+    with ShardWriter(tmp_path / "two") as writer:
+        writer.add(sample_row("a", tokens=(7, 9)))
+    one, two = load_samples(tmp_path / "one"), load_samples(tmp_path / "two")
+    assert content_hash(one) == content_hash(load_samples(tmp_path / "one"))
+    assert content_hash(one) != content_hash(two)
+
+
+# ----------------------------------------------------------------------------------- engine
+class FakeServer:
+    """An httpx handler speaking just enough of vLLM's API; ``script`` decides each completion."""
+
+    def __init__(self, script):
+        self.script = script
+        self.attempts: Counter = Counter()
+        self.hosts: Counter = Counter()
+        self.bodies: list[dict] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "tiny"}]})
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": "0.32.0"})
+        payload = json.loads(request.content)
+        self.bodies.append(payload)
+        key = payload["messages"][0]["content"]
+        self.attempts[key] += 1
+        self.hosts[request.url.host] += 1
+        return self.script(key, self.attempts[key])
+
+
+def requests(n: int) -> list[PromptRequest]:
+    return [PromptRequest(f"{i:016x}", [{"role": "user", "content": f"q{i}"}], "train") for i in range(n)]
+
+
+def run_engine(script, n=4, urls=("http://a/v1",), **settings):
+    server = FakeServer(script)
+    engine = CaptureEngine(list(urls), Sampling(max_tokens=16, chat_template_kwargs={"enable_thinking": True}),
+                           ClientSettings(**{"concurrency": 4, "max_retries": 3, **settings}),
+                           transport=httpx.MockTransport(server))
+    rows: list[dict] = []
+    asyncio.run(engine.run(requests(n), rows.append, Progress(total=n)))
+    return server, engine, sorted(rows, key=lambda r: r["prompt_id"])
+
+
+def ok_answer(_key, _attempt):
+    return httpx.Response(200, json=body({"reasoning": "think", "content": "4"}))
+
+
+def test_every_prompt_gets_one_ok_row_with_exact_tokens_and_the_request_asks_for_them():
+    server, engine, rows = run_engine(ok_answer)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert rows[0]["token_ids"] == [5, 6, 2] and rows[0]["server_model"] == "tiny"
+    assert rows[0]["vllm_version"] == "0.32.0"
+    assert json.loads(rows[0]["sampling"])["max_tokens"] == 16
+    sent = server.bodies[0]
+    assert sent["return_token_ids"] is True and sent["chat_template_kwargs"] == {"enable_thinking": True}
+    assert engine.http_attempts == 4
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_transient_statuses_are_retried_until_they_succeed(status):
+    def flaky(_key, attempt):
+        return httpx.Response(status, json={"error": "busy"}) if attempt <= 2 else ok_answer(_key, attempt)
+
+    server, engine, rows = run_engine(flaky, n=2)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert set(server.attempts.values()) == {3}
+
+
+def test_timeouts_are_retried():
+    def slow_first(key, attempt):
+        if attempt == 1:
+            raise httpx.ReadTimeout("no answer in time")
+        return ok_answer(key, attempt)
+
+    server, _, rows = run_engine(slow_first, n=2)
+    assert [r["status"] for r in rows] == ["ok", "ok"] and set(server.attempts.values()) == {2}
+
+
+def test_bad_request_is_recorded_per_sample_and_not_retried():
+    def too_long(key, attempt):
+        if key == "q1":
+            return httpx.Response(400, json={"error": {"message": "maximum context length is 4096 tokens"}})
+        return ok_answer(key, attempt)
+
+    server, _, rows = run_engine(too_long)
+    assert [r["status"] for r in rows] == ["ok", "error", "ok", "ok"]
+    assert "HTTP 400" in rows[1]["error"] and "maximum context length" in rows[1]["error"]
+    assert server.attempts["q1"] == 1
+
+
+@pytest.mark.parametrize(
+    "response, reason",
+    [(httpx.Response(200, text="{not json"), "malformed response"),
+     (httpx.Response(200, json={"model": "tiny", "choices": []}), "no choices")],
+)
+def test_malformed_answers_are_recorded_per_sample(response, reason):
+    _, _, rows = run_engine(lambda key, attempt: response if key == "q0" else ok_answer(key, attempt), n=2)
+    assert rows[0]["status"] == "error" and reason in rows[0]["error"]
+    assert rows[1]["status"] == "ok"
+
+
+def test_a_dead_server_stops_the_run_early_instead_of_burning_every_prompt():
+    def refused(_key, _attempt):
+        raise httpx.ConnectError("connection refused")
+
+    with pytest.raises(ServerUnavailable, match="in a row failed"):
+        run_engine(refused, n=50, max_retries=0, max_consecutive_failures=5, concurrency=2)
+
+
+def test_load_spreads_over_several_base_urls():
+    server, _, rows = run_engine(ok_answer, n=40, urls=("http://a/v1", "http://b/v1"))
+    assert len(rows) == 40 and server.hosts["a"] > 0 and server.hosts["b"] > 0
+    assert {r["base_url"] for r in rows} == {"http://a/v1", "http://b/v1"}
+
+
+def test_unreachable_base_url_is_named_in_the_error():
+    def nothing_listens(request):
+        raise httpx.ConnectError("connection refused")
+
+    engine = CaptureEngine(["http://127.0.0.1:9/v1"], Sampling(), transport=httpx.MockTransport(nothing_listens))
+    with pytest.raises(ServerUnavailable, match=r"http://127.0.0.1:9/v1"):
+        asyncio.run(engine.identify())
+
+
+def test_capture_writes_every_finished_row_even_when_the_run_fails(tmp_path):
+    def dies_after_three(key, attempt):
+        if int(key[1:]) >= 3:
+            raise httpx.ConnectError("connection refused")
+        return ok_answer(key, attempt)
+
+    server = FakeServer(dies_after_three)
+    settings = ClientSettings(concurrency=1, max_retries=0, max_consecutive_failures=2)
+    with pytest.raises(ServerUnavailable):
+        capture(["http://a/v1"], requests(10), tmp_path, Sampling(), settings, log=lambda _: None,
+                rows_per_shard=100, transport=httpx.MockTransport(server))
+    assert done_prompt_ids(tmp_path) == {f"{i:016x}" for i in range(3)}
+
+
+def test_per_prompt_seeds_are_stable_and_distinct():
+    sampling = Sampling(seed=7)
+    assert sampling.request_seed("a") == Sampling(seed=7).request_seed("a") != sampling.request_seed("b")
+    assert Sampling().request_seed("a") is None
