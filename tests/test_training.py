@@ -1,0 +1,183 @@
+"""The training path: data folder, draft vocabulary, CPU training through Dagster, checkpoint checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from eagle_assets.storage import write_parquet
+from eagle_assets.training.checkpoint import verifier_mismatches
+from eagle_assets.training.data_dir import FeatureManifest, TrainingDataError, build_training_data
+from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features
+from eagle_assets.training.vocab import DraftVocabError, build_draft_vocab
+
+VOCAB, HIDDEN, LAYERS = 512, 64, [1, 2, 3, 4]
+PARTITIONS = ["demo", "jsonl"]
+
+
+@pytest.fixture(scope="module")
+def features(tmp_path_factory):
+    """Random features for two partitions in the storage layout, and a head-only 4-layer verifier."""
+    from transformers import Qwen3Config
+
+    base = tmp_path_factory.mktemp("features")
+    verifier = write_head_only_verifier(base / "verifier", Qwen3Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=32, intermediate_size=128, max_position_embeddings=1024, eos_token_id=1))
+    root = base / "storage"
+    for seed, partition in enumerate(PARTITIONS):
+        write_random_features(root, partition, verifier_path=verifier, layer_ids=LAYERS, hidden_size=HIDDEN,
+                              vocab_size=VOCAB, num_rows=12, seq_len=(40, 120), seed=seed)
+    return root, verifier
+
+
+def _copy_storage(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_training_folder_links_tensors_and_speculators_reads_it(features, tmp_path):
+    from speculators.train.data import ArrowDataset
+
+    root, _ = features
+    data = build_training_data(root, PARTITIONS, tmp_path / "work")
+    assert data.num_rows == 24 and data.manifest.aux_layer_ids == [1, 2, 3]
+    links = sorted((data.path / "hidden_states").iterdir())
+    assert len(links) == 24
+    for link in links:
+        # A link into the hidden_states asset's own tensor folder: nothing copied.
+        assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+        assert link.resolve().parent.parent.parent == (root / "hidden_states").resolve()
+    dataset = ArrowDataset(max_len=256, datapath=str(data.path), on_missing="raise")
+    for i in (0, len(dataset) - 1):
+        sample = dataset[i]
+        assert sample["hidden_states"].shape == (sample["input_ids"].shape[0], 3 * HIDDEN)
+    # token_freq.pt counts exactly the loss-mask-1 tokens of the rows used.
+    rows = {r["prompt_id"] for r in pq.read_table(data.path / "rows.parquet").to_pylist()}
+    expected: dict[int, int] = {}
+    for partition in PARTITIONS:
+        for r in pq.read_table(root / "token_sequences" / partition / "sequences.parquet").to_pylist():
+            if r["prompt_id"] in rows:
+                for token, m in zip(r["input_ids"], r["loss_mask"], strict=True):
+                    if m:
+                        expected[token] = expected.get(token, 0) + 1
+    assert torch.load(data.path / "token_freq.pt") == expected
+    # Same inputs => the same folder, not rebuilt.
+    stamp = (data.path / "rows.parquet").stat().st_mtime_ns
+    again = build_training_data(root, PARTITIONS, tmp_path / "work")
+    assert again.path == data.path and (data.path / "rows.parquet").stat().st_mtime_ns == stamp
+
+
+def test_training_folder_rejects_inconsistent_features(features, tmp_path):
+    root = _copy_storage(features[0], tmp_path / "storage")
+    with pytest.raises(TrainingDataError, match="materialize token_sequences for partition 'missing'"):
+        build_training_data(root, ["missing"], tmp_path / "work")
+    index_path = root / "hidden_states" / "demo" / "index.parquet"
+    index = pq.read_table(index_path)
+    wrong = index.set_column(index.schema.get_field_index("seq_len"), "seq_len",
+                             [[v + 1 for v in index["seq_len"].to_pylist()]])
+    write_parquet(wrong.cast(index.schema), index_path)
+    with pytest.raises(TrainingDataError, match=r"disagree on seq_len .* demo/"):
+        build_training_data(root, ["demo"], tmp_path / "work")
+
+
+def test_draft_vocab_from_frequencies(tmp_path):
+    torch.save({7: 50, 3: 40, 9: 30, 1: 1}, tmp_path / "token_freq.pt")
+    vocab = build_draft_vocab(tmp_path, 3, 16)
+    d2t, t2d = np.load(vocab.d2t_path), np.load(vocab.t2d_path)
+    assert (np.arange(3) + d2t).tolist() == [3, 7, 9]  # the three most frequent, in id order
+    assert t2d.shape == (16,) and np.nonzero(t2d)[0].tolist() == [3, 7, 9]
+    assert vocab.coverage == pytest.approx(120 / 121)
+    with pytest.raises(DraftVocabError, match="between 1 and the verifier's vocab size 16"):
+        build_draft_vocab(tmp_path, 17, 16)
+    torch.save({20: 5}, tmp_path / "token_freq.pt")
+    with pytest.raises(DraftVocabError, match="outside the verifier vocabulary"):
+        build_draft_vocab(tmp_path, 3, 16)
+    (tmp_path / "token_freq.pt").unlink()
+    with pytest.raises(DraftVocabError, match="token_freq.pt is missing"):
+        build_draft_vocab(tmp_path, 3, 16)
+
+
+def _definitions_parts():
+    from eagle_assets.assets import eagle3_checkpoint as family
+
+    built = family.build(dg.StaticPartitionsDefinition([*PARTITIONS, "unmaterialized"]))
+    return built["assets"], built["checks"]
+
+
+TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "validation_fraction": 0.25,
+            "log_every_steps": 1}
+
+
+def test_checkpoint_asset_trains_on_cpu_and_passes_checks(features, tmp_path):
+    """Two epochs on CPU through dg.materialize; the kept checkpoint loads in speculators; checks pass."""
+    from eagle_assets.resources import StorageRoot
+    from eagle_assets.training.checkpoint import load_with_speculators
+
+    root = _copy_storage(features[0], tmp_path / "storage")
+    assets, checks = _definitions_parts()
+    instance = dg.DagsterInstance.ephemeral()
+    resources = {"storage": StorageRoot(root=str(root))}
+    result = dg.materialize([*assets, *checks], instance=instance, resources=resources,
+                            run_config={"ops": {"eagle3_checkpoint": {"config": TINY_RUN}}})
+    assert result.success
+    meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
+    assert meta["partitions"] == "demo, jsonl" and meta["rows"] == 24 and meta["draft_vocab_size"] == 64
+    assert meta["epochs_run"] == 2 and meta["val_loss"] > 0 and 0 <= meta["val_full_acc_0"] <= 1
+    assert meta["tokens_per_s"] > 0
+    evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert evaluations == {"loads_with_speculators": True, "matches_verifier": True}
+
+    folder = Path(meta["path"])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    assert {"model.safetensors", "training.json"} <= {p.name for p in folder.iterdir()}
+    model = load_with_speculators(folder)
+    assert model.d2t.shape == (64,) and model.t2d.shape == (VOCAB,) and int(model.t2d.sum()) == 64
+
+    # A verifier captured at other layers no longer matches the kept checkpoint: the check fails.
+    manifest_path = root / "hidden_states" / "demo" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps({**manifest, "layer_ids": [0, 2, 3, 4]}))
+    rerun = dg.materialize([*assets, *checks], instance=instance, resources=resources,
+                           selection=dg.AssetSelection.checks(*checks), raise_on_error=False)
+    assert not rerun.success  # the check is blocking: downstream assets would not run
+    evaluations = {e.check_name: e for e in rerun.get_asset_check_evaluations()}
+    assert evaluations["loads_with_speculators"].passed
+    assert not evaluations["matches_verifier"].passed
+    assert "aux layer ids [1, 2, 3] differ" in evaluations["matches_verifier"].metadata["problems"].value
+
+
+def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, tmp_path):
+    """verifier_mismatches names each disagreement; run on a checkpoint produced by the asset."""
+    from eagle_assets.resources import StorageRoot
+
+    root = _copy_storage(features[0], tmp_path / "storage")
+    assets, _ = _definitions_parts()
+    result = dg.materialize(assets, resources={"storage": StorageRoot(root=str(root))},
+                            run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
+                                                                                 "partitions": ["demo"]}}}})
+    folder = Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
+    manifest = FeatureManifest.read(root / "hidden_states" / "demo")
+    verifier = Path(manifest.verifier_path)
+    assert verifier_mismatches(folder, verifier, manifest) == []
+    wrong_size = dataclasses.replace(manifest, hidden_size=2 * HIDDEN)
+    assert any("hidden sizes differ" in p for p in verifier_mismatches(folder, verifier, wrong_size))
+    wrong_final = dataclasses.replace(manifest, layer_ids=[1, 2, 3, 5])
+    assert any("not the verifier's last" in p for p in verifier_mismatches(folder, verifier, wrong_final))
+    # A verifier with another vocabulary: t2d no longer covers it.
+    other = tmp_path / "other_verifier"
+    other.mkdir()
+    config = json.loads((verifier / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "vocab_size": VOCAB * 2}))
+    assert any("t2d has shape" in p for p in verifier_mismatches(folder, other, manifest))
