@@ -9,56 +9,27 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import AutoTokenizer
 
-from eagle_assets.assets import prompts as prompts_family
+from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
+
 from eagle_assets.assets import token_sequences as family
-from eagle_assets.generation.store import ShardWriter
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import Verifier
 from eagle_assets.tokenization import SEQUENCES_SCHEMA
 
 pytestmark = pytest.mark.integration
 
-PARTITION = "demo"
-
-
-def sample_row(prompt, tokenizer, **overrides) -> dict:
-    """A reasoning sample as the generation step stores it, with prompt tokens rendered the way the
-    server renders them and a completion the verifier could have written."""
-    messages = [dict(m) for m in prompt["messages"]]
-    prompt_text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    prompt_ids = tokenizer.encode(prompt_text, add_special_tokens=False)  # what vLLM's chat endpoint does
-    reasoning, content = f"Thinking about {prompt['prompt_id'][:4]}.", "The answer is 7."
-    completion = tokenizer.encode(f"{reasoning}\n</think>\n\n{content}<|im_end|>", add_special_tokens=False)
-    row = {
-        "prompt_id": prompt["prompt_id"], "split": prompt["split"], "status": "ok", "error": None,
-        "reasoning": reasoning, "content": content, "finish_reason": "stop",
-        "prompt_token_ids": prompt_ids, "token_ids": completion,
-        "prompt_tokens": len(prompt_ids), "completion_tokens": len(completion),
-        "truncated": False, "unfinished_thinking": False, "sampling": "{}", "server_model": "tiny",
-        "vllm_version": "test", "base_url": "http://127.0.0.1:0/v1", "latency_s": 0.1, "finished_at": 0.0,
-    }
-    row.update(overrides)
-    return row
-
 
 @pytest.fixture
 def upstream(storage_root, tiny_verifier):
     """Real prompts (the demo partition, 12 rows) and reasoning-sample shards written by the real store:
     8 with server tokens, 2 without (rendered), 1 error, 1 truncated."""
-    result = dg.materialize(
-        [prompts_family.build(source_partitions())["assets"][0]], partition_key=PARTITION,
-        resources={"storage": storage_root}, run_config={"ops": {"prompts": {"config": {"limit": 12}}}},
-    )
-    assert result.success
-    prompts = pq.read_table(storage_root.path("prompts", PARTITION) / "prompts.parquet").to_pylist()
+    prompts = demo_prompts(storage_root, 12)
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
     rows = [sample_row(p, tokenizer) for p in prompts[:8]]
     rows += [sample_row(p, tokenizer, prompt_token_ids=None, token_ids=None) for p in prompts[8:10]]
     rows.append(sample_row(prompts[10], tokenizer, status="error", error="HTTP 500", token_ids=None))
     rows.append(sample_row(prompts[11], tokenizer, truncated=True, finish_reason="length"))
-    with ShardWriter(storage_root.path("reasoning_samples", PARTITION), rows_per_shard=5) as writer:
-        for row in rows:
-            writer.add(row)
+    write_samples(storage_root, rows)
     full = [sample_row(p, tokenizer) for p in prompts]
     return {"prompts": {p["prompt_id"]: p for p in prompts}, "samples": {r["prompt_id"]: r for r in rows},
             "lengths": {r["prompt_id"]: len(r["prompt_token_ids"]) + len(r["token_ids"]) for r in full},

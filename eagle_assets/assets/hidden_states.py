@@ -1,0 +1,199 @@
+"""The ``hidden_states`` asset: the verifier's auxiliary + final hidden states for every training row,
+one content-addressed safetensors file per distinct row, in speculators' on-disk format."""
+
+# No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import shutil
+import time
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from eagle_assets.assets.token_sequences import FILE_NAME as SEQUENCES_FILE
+from eagle_assets.backends import ExtractionRequest
+from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, relative_path
+from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
+
+CODE_VERSION = "hidden_states-1"
+INDEX_FILE = "index.parquet"
+MANIFEST_FILE = "manifest.json"
+LOG_EVERY_S = 5.0
+GB = 1e9
+# safetensors header + token ids: small next to the states, but counted so tiny models budget right.
+FILE_OVERHEAD_BYTES = 512
+
+INDEX_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("split", pa.string()),
+        ("content_id", pa.string()),
+        ("file", pa.string()),  # relative to the partition folder
+        ("seq_len", pa.int32()),
+        ("sha256", pa.string()),
+    ]
+)
+
+
+class HiddenStatesConfig(dg.Config):
+    """Launchpad settings of the ``hidden_states`` asset."""
+
+    splits: list[str] = Field(
+        default_factory=list, description="Only rows of these splits (e.g. ['train']); empty = every token_sequences row."
+    )
+    disk_headroom_gb: float = Field(
+        default=2.0, ge=0.0,
+        description="Free space (GB) that must remain after the estimated write; the run fails before "
+        "loading the model when the disk is shorter than estimate + headroom.",
+    )
+
+
+def bytes_per_token(num_layers: int, hidden_size: int) -> int:
+    """bf16 states of every captured layer + the int64 token id."""
+    return num_layers * hidden_size * 2 + 8
+
+
+def check_disk_budget(folder: Path, tokens: int, files: int, per_token: int, headroom_gb: float) -> int:
+    """Fail fast, with the numbers, when the write cannot fit; returns the estimate in bytes."""
+    needed = tokens * per_token + files * FILE_OVERHEAD_BYTES
+    free = shutil.disk_usage(folder).free
+    if free - needed < headroom_gb * GB:
+        raise dg.Failure(
+            description=(
+                f"not enough disk for hidden states under {folder}: {files} files, {tokens} tokens x "
+                f"{per_token} bytes/token = {needed / GB:.2f} GB needed + {headroom_gb:.2f} GB headroom, "
+                f"but only {free / GB:.2f} GB free. Free space, point the storage root at a bigger disk, "
+                "capture fewer layers, or select fewer splits/rows."
+            ),
+            metadata={"needed_bytes": needed, "free_bytes": free, "headroom_gb": headroom_gb, "tokens": tokens},
+        )
+    return needed
+
+
+def _previous_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of files an earlier run already indexed (so a resume does not re-read them)."""
+    index = folder / INDEX_FILE
+    if not index.exists():
+        return {}
+    table = pq.read_table(index, columns=["content_id", "sha256"])
+    return dict(zip(table["content_id"].to_pylist(), table["sha256"].to_pylist()))
+
+
+class _Progress:
+    """``context.log.info`` every few seconds with counts and rates."""
+
+    def __init__(self, log, total_samples: int, total_tokens: int):
+        self.log, self.total_samples, self.total_tokens = log, total_samples, total_tokens
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, samples: int, tokens: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= LOG_EVERY_S or samples == self.total_samples:
+            self.last = now
+            rate = tokens / max(now - self.started, 1e-9)
+            self.log.info(f"hidden states: {samples}/{self.total_samples} files, {tokens}/{self.total_tokens} tokens, "
+                          f"{rate:.0f} tok/s")
+
+
+def build(partitions: dg.PartitionsDefinition) -> dict:
+    @dg.asset(
+        name="hidden_states",
+        partitions_def=partitions,
+        deps=["token_sequences"],
+        group_name="training_data",
+        kinds={"pytorch", "safetensors"},
+        code_version=CODE_VERSION,
+        pool="gpu",
+    )
+    def hidden_states(context: dg.AssetExecutionContext, config: HiddenStatesConfig, storage: StorageRoot,
+                      verifier: Verifier) -> dg.MaterializeResult:
+        """The verifier's hidden states for every token_sequences row: the auxiliary layers (backend
+        default [2, n//2, n-3]) and the final layer before its norm, bf16 [seq, n_aux+1, H], plus the
+        row's token ids, one safetensors file per distinct (tokens, verifier, layers) content id.
+
+        Files are written atomically and never rewritten, so a killed run resumes by skipping what
+        exists; an ``index.parquet`` maps rows to files and ``manifest.json`` records the verifier.
+        """
+        partition = context.partition_key
+        source = storage.path("token_sequences", partition) / SEQUENCES_FILE
+        if not source.exists():
+            raise dg.Failure(description=f"{source} is missing: materialize token_sequences[{partition}] first")
+        rows = pq.read_table(source, columns=["prompt_id", "split", "input_ids", "seq_len"])
+        if config.splits:
+            keep = [s in config.splits for s in rows["split"].to_pylist()]
+            rows = rows.filter(pa.array(keep))
+        backend, model_path = verifier.get_backend(), verifier.resolved_model_path()
+        layer_ids = backend.capture_layer_ids(model_path, verifier.aux_layer_ids or None)
+        hidden_size, identity = backend.hidden_size(model_path), backend.identity(model_path)
+        folder = storage.path("hidden_states", partition)
+        stale = remove_stale_temporaries(folder / TENSORS_DIR) if (folder / TENSORS_DIR).exists() else 0
+
+        input_ids = rows["input_ids"].to_pylist()
+        cids = [content_id(ids, identity, layer_ids) for ids in input_ids]
+        todo: dict[str, int] = {}  # content id -> first row holding it (identical rows share one file)
+        for row, cid in enumerate(cids):
+            if cid not in todo and not (folder / relative_path(cid)).exists():
+                todo[cid] = row
+        per_token = bytes_per_token(len(layer_ids), hidden_size)
+        todo_tokens = sum(len(input_ids[r]) for r in todo.values())
+        estimate = check_disk_budget(folder, todo_tokens, len(todo), per_token, config.disk_headroom_gb)
+        context.log.info(
+            f"{partition}: {rows.num_rows} rows, {len(set(cids))} distinct, {len(todo)} to extract "
+            f"({todo_tokens} tokens, ~{estimate / GB:.2f} GB) with backend {backend.name!r}, layers {layer_ids}; "
+            f"{stale} stale temporaries removed"
+        )
+
+        writer = SampleWriter(folder, len(layer_ids), hidden_size)
+        started = time.monotonic()
+        if todo:
+            request = ExtractionRequest(
+                sequences=[((row, cid), input_ids[row]) for cid, row in todo.items()], layer_ids=layer_ids,
+                device=verifier.device, dtype=verifier.dtype, batch_tokens=verifier.batch_tokens,
+            )
+            backend.extract(model_path, request, writer, _Progress(context.log, len(todo), todo_tokens))
+        elapsed = time.monotonic() - started
+
+        hashes = _previous_hashes(folder)
+        hashes.update({cid: w.sha256 for (_, cid), w in writer.written.items()})
+        for cid in set(cids) - hashes.keys():  # finished by a killed run that never wrote its index
+            hashes[cid] = file_sha256(folder / relative_path(cid))
+        index = pa.table(
+            {"prompt_id": rows["prompt_id"], "split": rows["split"], "content_id": cids,
+             "file": [relative_path(c) for c in cids], "seq_len": rows["seq_len"],
+             "sha256": [hashes[c] for c in cids]},
+            schema=INDEX_SCHEMA,
+        )
+        write_parquet(index, folder / INDEX_FILE)
+        description = backend.describe(model_path)
+        write_json({"verifier": description, "layer_ids": layer_ids, "aux_layer_ids": layer_ids[:-1],
+                    "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": "bfloat16",
+                    "format": "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
+                    "files": len(set(cids)), "tokens": sum(rows["seq_len"].to_pylist())}, folder / MANIFEST_FILE)
+
+        new_tokens = sum(len(input_ids[row]) for row, _ in writer.written)
+        all_tokens = sum(rows["seq_len"].to_pylist())
+        context.log.info(f"{partition}: wrote {len(writer.written)} files ({new_tokens} tokens) in {elapsed:.1f}s; "
+                         f"reused {len(set(cids)) - len(writer.written)}")
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": index.num_rows,
+                "tokens": all_tokens,
+                "new_tokens": new_tokens,
+                "files": len(set(cids)),
+                "files_written": len(writer.written),
+                "files_reused": len(set(cids)) - len(writer.written),
+                "bytes_per_token": per_token,
+                "bytes_written": writer.bytes,
+                "tokens_per_s": new_tokens / elapsed if new_tokens else 0.0,
+                "layer_ids": dg.MetadataValue.json(layer_ids),
+                "hidden_size": hidden_size,
+                "backend": backend.name,
+                "verifier_identity": identity,
+                "path": dg.MetadataValue.path(str(folder)),
+            },
+            data_version=dg.DataVersion(combined_hash(f"{c}:{hashes[c]}" for c in sorted(set(cids)))[:16]),
+        )
+
+    return {"assets": [hidden_states]}

@@ -1,0 +1,186 @@
+"""The ``hidden_states`` asset, materialized for real on the tiny verifier."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
+
+from eagle_assets.assets import hidden_states as hs_family
+from eagle_assets.assets import token_sequences as ts_family
+from eagle_assets.assets.hidden_states import INDEX_SCHEMA
+from eagle_assets.backends import SampleTensors
+from eagle_assets.hidden_state_files import SampleWriter, check_sample, load_sample
+from eagle_assets.partitions import source_partitions
+from eagle_assets.resources import Verifier
+from eagle_assets.storage import file_sha256
+
+pytestmark = pytest.mark.integration
+
+
+def verifier_for(path, **kw) -> Verifier:
+    return Verifier(model_path=str(path), device="cpu", **kw)
+
+
+def write_token_sequences(storage_root, tiny_verifier, prompts: int, steps: int):
+    """Real prompts and samples, then the real token_sequences asset."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
+    write_samples(storage_root, [sample_row(p, tokenizer, steps=steps) for p in demo_prompts(storage_root, prompts)])
+    result = dg.materialize(ts_family.build(source_partitions())["assets"], partition_key=PARTITION,
+                            resources={"storage": storage_root, "verifier": verifier_for(tiny_verifier)})
+    assert result.success
+    return pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet")
+
+
+def materialize_hidden_states(storage_root, verifier, config=None):
+    return dg.materialize(
+        hs_family.build(source_partitions())["assets"], partition_key=PARTITION,
+        resources={"storage": storage_root, "verifier": verifier},
+        run_config={"ops": {"hidden_states": {"config": config}}} if config else None,
+        raise_on_error=False,
+    )
+
+
+def metadata(result) -> dict:
+    [mat] = result.asset_materializations_for_node("hidden_states")
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def folder(storage_root):
+    return storage_root.path("hidden_states", PARTITION)
+
+
+def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root, tiny_verifier, tmp_path):
+    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=10, steps=3)
+    # batch_tokens small enough that rows of different lengths share padded batches.
+    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=400))
+    assert result.success
+    meta = metadata(result)
+    index = pq.read_table(folder(storage_root) / "index.parquet")
+    assert index.schema == INDEX_SCHEMA and index.num_rows == sequences.num_rows
+    manifest = json.loads((folder(storage_root) / "manifest.json").read_text())
+    layer_ids = manifest["layer_ids"]
+    assert layer_ids == [1, 2, 3, 4] and manifest["dtype"] == "bfloat16"  # 4-layer defaults, final last
+    assert meta["tokens"] == sum(sequences["seq_len"].to_pylist()) == meta["new_tokens"]
+    assert meta["bytes_per_token"] == 4 * manifest["hidden_size"] * 2 + 8
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_verifier, dtype=torch.float32).eval()
+    model.config.tie_last_hidden_states = False  # keep hidden_states[-1] pre-norm, as vLLM defines it
+    by_id = {r["prompt_id"]: r for r in sequences.to_pylist()}
+    for row in index.to_pylist():
+        ids = by_id[row["prompt_id"]]["input_ids"]
+        path = folder(storage_root) / row["file"]
+        assert file_sha256(path) == row["sha256"]
+        stored = load_sample(path)
+        assert stored["token_ids"].dtype == torch.int64 and stored["token_ids"].tolist() == ids
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), output_hidden_states=True)
+        expected = torch.stack([out.hidden_states[k][0] for k in layer_ids], dim=1)
+        # Stored in bf16: equal to the fp32 forward up to bf16 rounding.
+        torch.testing.assert_close(stored["hidden_states"].float(), expected, rtol=1.6e-2, atol=1e-2)
+        # The final entry is the state BEFORE the final norm: normalized, it is the model's output.
+        final = stored["hidden_states"][:, -1].float()
+        with torch.no_grad():
+            post_norm = model.model(torch.tensor([ids])).last_hidden_state[0]
+            torch.testing.assert_close(model.model.norm(final), post_norm, rtol=3e-2, atol=3e-2)
+        assert not torch.allclose(final, post_norm, atol=1e-2)
+
+    # speculators reads the files where they are: a symlink named hs_<row> is all a training folder needs.
+    from hs_connectors.transfer import FileTransfer
+    from speculators.data_generation.offline import check_hidden_states
+
+    links = tmp_path / "train" / "hidden_states"
+    links.mkdir(parents=True)
+    first = index.to_pylist()[0]
+    (links / "hs_0.safetensors").symlink_to(folder(storage_root) / first["file"])
+    loaded = FileTransfer(links).get_cached(0)
+    check_hidden_states(loaded, by_id[first["prompt_id"]]["input_ids"])
+    assert torch.equal(loaded["token_ids"], torch.tensor(by_id[first["prompt_id"]]["input_ids"], dtype=torch.int32))
+
+    again = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=400))
+    assert again.success and metadata(again)["files_written"] == 0
+    assert metadata(again)["files_reused"] == meta["files"]
+
+
+KILLED_RUN = """
+import sys
+import dagster as dg
+from eagle_assets.assets import hidden_states
+from eagle_assets.partitions import source_partitions
+from eagle_assets.resources import StorageRoot, Verifier
+dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
+               resources={"storage": StorageRoot(root=sys.argv[1]),
+                          "verifier": Verifier(model_path=sys.argv[2], device="cpu", batch_tokens=256)})
+"""
+
+
+def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, tmp_path):
+    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=60, steps=40)
+    tensors = folder(storage_root) / "tensors"
+    log = tmp_path / "killed-run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, storage_root.root, str(tiny_verifier), PARTITION],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        # Kill as soon as files appear, preferably while one is half-written (a temporary exists).
+        while time.monotonic() < deadline and proc.poll() is None:
+            names = [p.name for p in tensors.iterdir()] if tensors.exists() else []
+            if any(n.endswith(".safetensors") for n in names) and any(n.endswith(".tmp") for n in names):
+                break
+            time.sleep(0.002)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill: {log.read_text()[-3000:]}"
+    finished = sorted(tensors.glob("*.safetensors"))
+    distinct = len(set(map(tuple, sequences["input_ids"].to_pylist())))
+    assert 0 < len(finished) < distinct
+    by_tokens = {tuple(ids) for ids in sequences["input_ids"].to_pylist()}
+    for path in finished:  # everything under a final name is whole and valid
+        sample = load_sample(path)
+        assert tuple(sample["token_ids"].tolist()) in by_tokens
+        check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
+    before = {p.name: p.stat().st_mtime_ns for p in finished}
+
+    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=256))
+    assert result.success
+    meta = metadata(result)
+    assert meta["files_reused"] == len(finished) and meta["files_written"] == distinct - len(finished)
+    assert not list(tensors.glob(".*.tmp"))  # the killed run's half-written temporary is gone
+    assert {p.name: p.stat().st_mtime_ns for p in finished} == before  # finished files were not rewritten
+    for row in pq.read_table(folder(storage_root) / "index.parquet").to_pylist():
+        assert file_sha256(folder(storage_root) / row["file"]) == row["sha256"]
+
+
+def test_disk_budget_fails_fast_with_the_numbers(storage_root, tiny_verifier):
+    write_token_sequences(storage_root, tiny_verifier, prompts=4, steps=1)
+    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier), {"disk_headroom_gb": 1e9})
+    assert not result.success
+    [event] = result.get_step_failure_events()
+    text = event.step_failure_data.user_failure_data.description
+    assert "GB needed" in text and "GB free" in text and "bytes/token" in text
+    assert not (folder(storage_root) / "tensors").exists()  # failed before the model was even loaded
+
+
+def test_nan_states_are_refused_with_the_row_named(tmp_path):
+    writer = SampleWriter(tmp_path, num_layers=2, hidden_size=3)
+    states = torch.zeros(4, 2, 3, dtype=torch.bfloat16)
+    states[2, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"row 7: .*NaN/Inf \(first at token 2\)"):
+        writer(SampleTensors((7, "abc"), states, torch.arange(4)))
+    with pytest.raises(ValueError, match=r"row 7: hidden_states shape"):
+        writer(SampleTensors((7, "abc"), torch.zeros(4, 3, 3, dtype=torch.bfloat16), torch.arange(4)))
+    assert not list(tmp_path.rglob("*.safetensors"))
