@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -34,6 +35,26 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable
         typer.echo(f"  {backend['name']} (v{backend['version']}, {backend['plugin']}): {backend['description']}")
     for err in report["load_errors"]:
         typer.echo(f"\nFAILED to load plugin {err['plugin']}: {err['error']}", err=True)
+
+
+@app.command("tiny-verifier")
+def tiny_verifier(
+    path: Path = typer.Argument(None, help="Copy the model folder here (must not exist yet). Omit to only print the cache path."),
+) -> None:
+    """Build (or reuse from the cache) the embedded tiny Qwen3 reasoning verifier and print its folder."""
+    import shutil
+
+    from eagle_assets.tiny_verifier import cached_tiny_verifier
+
+    cached = cached_tiny_verifier(log=lambda line: typer.echo(line, err=True))
+    if path is None:
+        typer.echo(str(cached))
+        return
+    if path.exists():
+        typer.echo(f"{path} already exists; pass a new folder name", err=True)
+        raise typer.Exit(1)
+    shutil.copytree(cached, path)
+    typer.echo(str(path))
 
 
 @app.command()

@@ -16,3 +16,11 @@ def storage_root(tmp_path):
     from eagle_assets.resources import StorageRoot
 
     return StorageRoot(root=str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="session")
+def tiny_verifier():
+    """The embedded tiny verifier's model folder (built once per recipe into the user cache, then reused)."""
+    from eagle_assets.tiny_verifier import cached_tiny_verifier
+
+    return cached_tiny_verifier()

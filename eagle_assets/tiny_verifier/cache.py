@@ -1,0 +1,54 @@
+"""Build the tiny verifier once per recipe and share it between processes."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from eagle_assets.tiny_verifier.build import RECIPE_FILE, build_tiny_verifier
+from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE, TinyVerifierRecipe, recipe_hash
+
+CACHE_ENV = "EAGLE_ASSETS_CACHE"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "eagle-assets")
+
+
+def cached_tiny_verifier(
+    cache_dir: str | os.PathLike | None = None,
+    recipe: TinyVerifierRecipe = DEFAULT_RECIPE,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """The folder of the tiny verifier built from ``recipe``, building it on first use.
+
+    The folder is ``<cache>/tiny-verifier/<recipe hash>``. A build runs in a temporary folder that is
+    renamed into place only when complete, under an exclusive file lock, so processes calling this at
+    the same time build once and everyone else waits, then reuses it; a crashed build leaves nothing
+    under the final name.
+    """
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = root / "tiny-verifier"
+    folder.mkdir(parents=True, exist_ok=True)
+    key = recipe_hash(recipe)
+    final = folder / key
+    if (final / RECIPE_FILE).exists():
+        return final
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if (final / RECIPE_FILE).exists():  # another process finished it while we waited
+            return final
+        for stale in folder.glob(f".{key}.*.tmp"):  # left by a killed build; we hold the lock now
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=folder))
+        try:
+            log(f"building the tiny verifier (recipe {key}) in {final}")
+            build_tiny_verifier(tmp, recipe, log=log)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
