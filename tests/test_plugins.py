@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,6 +20,12 @@ from eagle_assets.sources import DatasetSource, RawRecord
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 BUILT_IN_SOURCES = {"demo", "jsonl", "parquet", "open_perfectblend"}
+
+
+def materialize_prompts(defs, partition):
+    """Only ``prompts``: the rest of the graph (generation, training) is not what these tests are about."""
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(partition_key=partition, asset_selection=[dg.AssetKey("prompts")])
 
 
 @pytest.fixture
@@ -69,8 +76,7 @@ def test_a_registered_plugin_becomes_a_partition_of_prompts(storage_root):
         defs = build_definitions({"storage": storage_root})
         keys = defs.resolve_assets_def("prompts").partitions_def.get_partition_keys()
         assert "throwaway" in keys and BUILT_IN_SOURCES <= set(keys)
-        job = defs.resolve_implicit_global_asset_job_def()
-        assert job.execute_in_process(partition_key="throwaway").success
+        assert materialize_prompts(defs, "throwaway").success
         assert pq.read_table(storage_root.path("prompts", "throwaway") / "prompts.parquet").num_rows == 1
     finally:
         pm.unregister(plugin)
@@ -102,8 +108,7 @@ def test_single_file_example_plugin(reload_plugins, storage_root):
     reload_plugins(EAGLE_ASSETS_PLUGINS=str(EXAMPLES / "single_file_plugin" / "sample_source.py"))
     assert "csv_qa" in dataset_sources()
     defs = build_definitions({"storage": storage_root})
-    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(partition_key="csv_qa")
-    assert result.success
+    assert materialize_prompts(defs, "csv_qa").success
     rows = pq.read_table(storage_root.path("prompts", "csv_qa") / "prompts.parquet").to_pylist()
     assert len(rows) == 5 and rows[0]["reference"] == "Rome."
     assert json.loads(rows[0]["metadata"])["topic"] == "geography"
