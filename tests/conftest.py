@@ -24,3 +24,34 @@ def tiny_verifier():
     from eagle_assets.tiny_verifier import cached_tiny_verifier
 
     return cached_tiny_verifier()
+
+
+# The one test server: the first free port from here (CI machines run one test session at a time).
+VLLM_TEST_PORTS = range(8300, 8350)
+
+
+@pytest.fixture(scope="session")
+def vllm_server_config(tiny_verifier, tmp_path_factory):
+    """The VLLMServer resource of the session's test server (tiny verifier, small CPU KV cache)."""
+    from eagle_assets.resources import VLLMServer
+    from eagle_assets.resources.vllm_server import port_in_use
+
+    port = next((p for p in VLLM_TEST_PORTS if not port_in_use("127.0.0.1", p)), None)
+    if port is None:
+        pytest.fail(f"no free port for the test vLLM server in {VLLM_TEST_PORTS}")
+    return VLLMServer(
+        model=str(tiny_verifier),
+        port=port,
+        max_model_len=16384,  # the tiny verifier's own limit: room for max_tokens 8192
+        max_num_seqs=256,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        state_dir=str(tmp_path_factory.mktemp("vllm-state")),
+        stop_grace_s=20.0,
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_server_urls(vllm_server_config):
+    """ONE real vLLM server on the tiny verifier for the whole run, started by the resource; its base URLs."""
+    with vllm_server_config.serve() as urls:
+        yield urls

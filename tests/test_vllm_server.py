@@ -1,0 +1,114 @@
+"""The VLLMServer resource: launch description, attach, refusals and fast failure, against real processes."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from eagle_assets.resources import VLLMServer
+from eagle_assets.resources.vllm_server import VLLMServerError, port_in_use
+
+
+class Lines:
+    """Collects what the resource logs (stands in for ``context.log``)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+    warning = info
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_command_binds_localhost_and_never_carries_the_api_key(monkeypatch):
+    monkeypatch.setenv("MY_VLLM_KEY", "s3cret-key")
+    server = VLLMServer(model="/models/m", port=8123, api_key_env="MY_VLLM_KEY", extra_args=["--seed", "1"])
+    argv = server.command("/models/m")
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert argv[-2:] == ["--seed", "1"]
+    assert not any("s3cret" in arg for arg in argv)
+    assert server.api_key() == "s3cret-key"
+    # The key is part of the identity (a server with another key cannot be attached to) only as a hash.
+    with_key = server.fingerprint(argv)
+    monkeypatch.delenv("MY_VLLM_KEY")
+    assert server.fingerprint(argv) != with_key and server.api_key() is None
+
+
+def test_kimi_preset_is_tensor_parallel_8_with_its_reasoning_parser():
+    argv = VLLMServer.kimi_k25("/models/Kimi-K2.5", port=9000).command("/models/Kimi-K2.5")
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    assert argv[argv.index("--reasoning-parser") + 1] == "kimi_k2"
+    assert "--trust-remote-code" in argv and argv[argv.index("--port") + 1] == "9000"
+
+
+def test_a_port_taken_by_another_process_is_a_clear_error(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        server = VLLMServer(model="/models/m", port=port, state_dir=str(tmp_path))
+        with pytest.raises(VLLMServerError, match=f"port {port} .* already in use by another process"):
+            with server.serve(log=Lines()):
+                pass
+
+
+def test_external_mode_names_the_unreachable_url_after_its_timeout():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    server = VLLMServer(mode="external", base_urls=[url], startup_timeout_s=2)
+    with pytest.raises(VLLMServerError, match=f"not ready after 2s .*{url}"):
+        with server.serve(log=Lines()):
+            pass
+
+
+def test_modes_without_their_settings_are_refused():
+    with pytest.raises(VLLMServerError, match="needs base_urls"):
+        with VLLMServer(mode="external").serve(log=Lines()):
+            pass
+    with pytest.raises(VLLMServerError, match="needs systemd_unit"):
+        with VLLMServer(mode="systemd").serve(log=Lines()):
+            pass
+
+
+@pytest.mark.integration
+def test_a_server_that_dies_while_starting_fails_fast_with_its_log_tail(tmp_path):
+    port = free_port()
+    server = VLLMServer(model=str(tmp_path / "no-such-model"), port=port, state_dir=str(tmp_path),
+                        env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout_s=900)
+    log = Lines()
+    with pytest.raises(VLLMServerError, match=r"exited with exit code \d+ before it was ready") as failure:
+        with server.serve(log=log):
+            pass
+    assert "no-such-model" in str(failure.value)  # the log tail says what was wrong
+    assert any(line.startswith("[vllm] ") for line in log.lines)  # server lines reached the step log
+    assert not port_in_use("127.0.0.1", port) and not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.integration
+def test_the_same_configuration_attaches_to_the_running_server(vllm_server_config, vllm_server_urls):
+    log = Lines()
+    with vllm_server_config.serve(log=log) as urls:
+        assert urls == vllm_server_urls
+    assert "attaching to running server" in log.text() and "starting" not in log.text()
+    # Leaving an attached server alone: it belongs to the session fixture.
+    assert httpx.get(vllm_server_urls[0].removesuffix("/v1") + "/health").status_code == 200
+
+
+@pytest.mark.integration
+def test_another_configuration_on_a_running_servers_port_is_refused(vllm_server_config, vllm_server_urls):
+    other = vllm_server_config.model_copy(update={"max_num_seqs": 8})
+    with pytest.raises(VLLMServerError, match="different configuration"):
+        with other.serve(log=Lines()):
+            pass
