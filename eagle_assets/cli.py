@@ -79,3 +79,52 @@ def demo(
         results = run_demo(build_definitions(), instance, partition, report)
     if not all(r.success for r in results):
         raise typer.Exit(1)
+    typer.echo("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
+
+
+lineage_app = typer.Typer(help="Audit a checkpoint: its chain back to the prompts, and its stored hashes.",
+                          no_args_is_help=True)
+app.add_typer(lineage_app, name="lineage")
+
+_ROOT_HELP = "Storage root of the upstream files, if it moved since training (default: the one recorded)."
+
+
+@lineage_app.command("show")
+def lineage_show(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint folder (holds lineage.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print lineage.json as is."),
+) -> None:
+    """Print the chain prompt sources -> samples -> token sequences -> hidden states -> checkpoint."""
+    from eagle_assets.lineage import LineageError, read_lineage, summary_lines
+
+    try:
+        lineage = read_lineage(checkpoint)
+    except LineageError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(lineage, indent=2))
+        return
+    for line in summary_lines(lineage, checkpoint):
+        typer.echo(line)
+
+
+@lineage_app.command("verify")
+def lineage_verify(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint folder (holds lineage.json)."),
+    root: Path = typer.Option(None, "--root", help=_ROOT_HELP),
+) -> None:
+    """Recompute the hash of every stored artifact; exit 1 naming each one that changed or vanished."""
+    from eagle_assets.lineage import LineageError, verify_lineage
+
+    try:
+        checked, problems = verify_lineage(checkpoint, root)
+    except LineageError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    for problem in problems:
+        typer.echo(str(problem), err=True)
+    if problems:
+        typer.echo(f"{len(problems)} of {checked} artifacts changed or vanished", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {checked} artifacts match their recorded sha256")
