@@ -76,7 +76,11 @@ def demo(
             typer.echo(f"  {line}")
 
     with dg.DagsterInstance.get() as instance:
-        results = run_demo(build_definitions(), instance, partition, report)
+        try:
+            results = run_demo(build_definitions(), instance, partition, report)
+        except ValueError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
     if not all(r.success for r in results):
         raise typer.Exit(1)
     typer.echo("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")

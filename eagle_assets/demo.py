@@ -27,6 +27,14 @@ def run_demo(
     report: Callable[[dg.ExecuteInProcessResult], None] | None = None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Materialize every asset; stops after the first run that fails. Returns the runs made."""
+    partitioned, _ = plan(defs)
+    graph = defs.resolve_asset_graph()
+    known = {k for key in partitioned for k in graph.get(key).partitions_def.get_partition_keys()}
+    if partitioned and partition not in known:
+        raise ValueError(
+            f"unknown partition {partition!r}; the dataset sources are {', '.join(sorted(known))} "
+            "(`eagle-assets plugins` lists them; a source's plugin must be installed or in $EAGLE_ASSETS_PLUGINS)"
+        )
     everything = [*defs.assets, *(defs.asset_checks or [])]
     results = []
     for selection, partition_key in zip(plan(defs), (partition, None)):

@@ -38,3 +38,15 @@ def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storag
         assert lines[1].startswith("prompt_lengths[demo]") and lines[2].startswith("summary_over_all_partitions ")
         record = instance.get_latest_materialization_event(summary_over_all_partitions.key)
         assert record.asset_materialization.metadata["partitions_seen"].value == 1
+
+
+def test_demo_refuses_an_unknown_partition_with_the_known_ones(storage_root):
+    [prompts] = prompts_family.build(source_partitions())["assets"]
+    defs = dg.Definitions(assets=[prompts], resources={"storage": storage_root})
+    with dg.DagsterInstance.ephemeral() as instance:
+        try:
+            run_demo(defs, instance, "nope")
+        except ValueError as exc:
+            assert "unknown partition 'nope'" in str(exc) and "demo, jsonl" in str(exc)
+        else:
+            raise AssertionError("an unknown partition must be refused")
