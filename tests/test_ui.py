@@ -109,7 +109,11 @@ def graphql(url: str, query: str, variables: dict | None = None) -> dict:
 
 @pytest.mark.integration
 def test_ui_shows_the_asset_graph_and_runs_prompts_for_the_demo_partition(dagster_ui):
+    from eagle_assets.definitions import build_definitions
+
     nodes = {tuple(n["assetKey"]["path"]): n for n in graphql(dagster_ui, ASSET_GRAPH)["assetNodes"]}
+    # Every asset of the code location is in the UI's graph (it grows as families join).
+    assert {tuple(k.path) for k in build_definitions().resolve_asset_graph().get_all_asset_keys()} <= set(nodes)
     prompts = nodes[("prompts",)]
     assert prompts["groupName"] == "prompts"
     assert {"demo", "jsonl", "parquet", "open_perfectblend"} <= set(prompts["partitionKeys"])
