@@ -80,20 +80,21 @@ def test_masks_cover_exactly_the_completion(storage_root, tiny_verifier, upstrea
 
 
 def test_policies_drop_truncated_and_cut_overlong_rows(storage_root, tiny_verifier, upstream):
+    limit = sorted(upstream["lengths"].values())[6]  # the median row: some rows are cut, some are not
     result = materialize(storage_root, Verifier(model_path=str(tiny_verifier)),
-                         {"truncated_policy": "drop", "max_length": 40, "overlength_policy": "truncate",
+                         {"truncated_policy": "drop", "max_length": limit, "overlength_policy": "truncate",
                           "splits": ["train", "heldout"]}, with_check=False)
     assert result.success
     table = sequences(storage_root)
-    assert max(table["seq_len"].to_pylist()) <= 40
+    assert max(table["seq_len"].to_pylist()) <= limit
     assert not any(upstream["samples"][p]["truncated"] for p in table["prompt_id"].to_pylist())
     [mat] = result.asset_materializations_for_node("token_sequences")
     assert mat.metadata["skipped_truncated_generation"].value == 1
-    cut = [r for r in table.to_pylist() if upstream["lengths"][r["prompt_id"]] > 40]
+    cut = [r for r in table.to_pylist() if upstream["lengths"][r["prompt_id"]] > limit]
     assert 0 < mat.metadata["cut_to_max_length"].value == len(cut) < table.num_rows
     for row in cut:  # the prompt stays whole and unsupervised; the completion is what gets cut
         prompt = upstream["samples"][row["prompt_id"]]["prompt_token_ids"]
-        assert row["seq_len"] == 40 and row["input_ids"][: len(prompt)] == prompt
+        assert row["seq_len"] == limit and row["input_ids"][: len(prompt)] == prompt
         assert row["loss_mask"].count(0) == len(prompt)
 
 
