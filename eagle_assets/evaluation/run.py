@@ -1,0 +1,158 @@
+"""One evaluation of a draft checkpoint: vLLM-served acceptance, then the simulated value on the same
+greedy outputs. Shared by the ``eagle3_eval`` asset and ``benchmarks/reasoning_vs_static.py``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_assets.evaluation.served import ServedRun, run_greedy
+from eagle_assets.evaluation.simulated import GreedySample, SimulatedAcceptance, load_draft, simulate
+from eagle_assets.generation.engine import PromptRequest
+from eagle_assets.resources import Verifier, VLLMServer
+
+SPECULATIVE_FLAG = "--speculative-config"
+_fallback_log = logging.getLogger("eagle_assets.evaluation")
+
+
+class EvaluationError(RuntimeError):
+    """The measurement could not be made; the message says why and what to change."""
+
+
+@dataclass
+class Evaluation:
+    served: ServedRun
+    simulated: SimulatedAcceptance | None
+    baseline: ServedRun | None  # the same requests without the draft (tokens/s only)
+    num_speculative_tokens: int
+
+    def metadata(self) -> dict[str, float | int | str]:
+        """Flat numbers for Dagster metadata, reports and the benchmark table."""
+        counters = self.served.counters
+        meta: dict[str, float | int | str] = {
+            "acceptance_length": round(counters.acceptance_length, 4),
+            **{f"acceptance_pos_{k + 1}": round(r, 4) for k, r in enumerate(counters.acceptance_per_position)},
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "drafts": int(counters.drafts),
+            "accepted_tokens": int(counters.accepted),
+            "prompts_evaluated": len(self.served.ok_rows),
+            "prompt_errors": len(self.served.rows) - len(self.served.ok_rows),
+            "completion_tokens": self.served.completion_tokens,
+            "tokens_per_s_with_draft": round(self.served.tokens_per_s, 2),
+            "acceptance_convention": "tau = 1 + accepted/drafts (vLLM: the verifier's own token counts)",
+        }
+        if self.simulated is not None:
+            meta["simulated_acceptance_length"] = round(self.simulated.acceptance_length, 4)
+            for k, rate in enumerate(self.simulated.acceptance_per_position):
+                meta[f"simulated_acceptance_pos_{k + 1}"] = round(rate, 4)
+            meta["simulated_drafts"] = self.simulated.drafts
+        if self.baseline is not None:
+            meta["tokens_per_s_without_draft"] = round(self.baseline.tokens_per_s, 2)
+            if self.baseline.tokens_per_s > 0:
+                meta["speedup"] = round(self.served.tokens_per_s / self.baseline.tokens_per_s, 4)
+        return meta
+
+
+def speculative_server(server: VLLMServer, checkpoint: Path, num_speculative_tokens: int,
+                       port: int | None = None) -> VLLMServer:
+    """The same server settings plus ``--speculative-config`` serving ``checkpoint`` as an eagle3 draft.
+
+    A different port by choice: a kept-alive generation server on the resource's port would otherwise
+    refuse the launch (its fingerprint differs).
+    """
+    if SPECULATIVE_FLAG in server.extra_args:
+        raise EvaluationError(
+            f"vllm_server.extra_args already holds {SPECULATIVE_FLAG}: remove it, eagle3_eval sets the draft itself"
+        )
+    spec = {"method": "eagle3", "model": str(checkpoint), "num_speculative_tokens": num_speculative_tokens}
+    return replaced(server, port=port, extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True)])
+
+
+def replaced(server: VLLMServer, port: int | None = None, **changes) -> VLLMServer:
+    """A copy of the resource's settings with ``changes`` (and ``port`` when given)."""
+    fields = {name: getattr(server, name) for name in type(server).model_fields}
+    return type(server)(**{**fields, **changes, **({"port": port} if port else {})})
+
+
+def checkpoint_layer_ids(checkpoint: Path, verifier_path: Path) -> list[int]:
+    """Aux ids the draft was trained on, then the verifier's final layer (the pre-norm state)."""
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    verifier = json.loads((Path(verifier_path) / "config.json").read_text())
+    verifier = verifier.get("text_config", verifier)
+    return [*config["eagle_aux_hidden_state_layer_ids"], int(verifier["num_hidden_layers"])]
+
+
+def greedy_samples(rows: Sequence[dict], verifier: Verifier, layer_ids: list[int]) -> list[GreedySample]:
+    """The verifier's hidden states for its own greedy sequences, through the verifier backend."""
+    from eagle_assets.backends import ExtractionRequest
+
+    sequences = [(i, [*row["prompt_token_ids"], *row["token_ids"]]) for i, row in enumerate(rows)]
+    states: dict[int, object] = {}
+
+    def sink(sample) -> None:
+        states[sample.key] = sample.hidden_states.clone()  # the backend reuses its buffer afterwards
+
+    request = ExtractionRequest(sequences=sequences, layer_ids=layer_ids, device=verifier.device,
+                                dtype=verifier.dtype, batch_tokens=verifier.batch_tokens)
+    verifier.get_backend().extract(verifier.resolved_model_path(), request, sink)
+    return [GreedySample(ids, states[i], len(rows[i]["prompt_token_ids"])) for i, ids in sequences]
+
+
+def evaluate(
+    checkpoint: Path,
+    requests: Sequence[PromptRequest],
+    server: VLLMServer,
+    verifier: Verifier | None,
+    num_speculative_tokens: int = 3,
+    max_tokens: int = 1024,
+    concurrency: int = 64,
+    port: int | None = None,
+    measure_baseline: bool = False,
+    log: Callable[[str], None] | None = None,
+    logger=None,
+) -> Evaluation:
+    """Serve the verifier with ``checkpoint`` as its EAGLE-3 draft, send ``requests`` greedily, and
+    read acceptance from vLLM's counters; then (``verifier`` given) the simulated value on the same
+    greedy outputs, and (``measure_baseline``) the same requests without the draft for tokens/s.
+
+    ``logger`` receives the server's log (a Dagster ``context.log``); ``log`` the progress lines.
+    """
+    logger = logger or _fallback_log
+    log = log or logger.info
+    if not requests:
+        raise EvaluationError("no held-out prompts to evaluate: materialize prompts with a held-out split")
+    managed = server.mode == "managed"
+    speculating = speculative_server(server, checkpoint, num_speculative_tokens, port) if managed else server
+    if not managed:
+        log(f"vllm_server mode {server.mode!r}: the server must already serve {checkpoint} as its eagle3 draft")
+    with speculating.serve(log=logger) as urls:
+        served = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+    if not served.counters.spec_decode_enabled or served.counters.drafts == 0:
+        raise EvaluationError(
+            f"the server at {urls} reported no speculative drafts: it is not speculating "
+            "(external/systemd servers need --speculative-config with this checkpoint)"
+        )
+    if not served.ok_rows:
+        raise EvaluationError(f"every request failed, e.g. {served.rows[0]['error']}")
+    log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
+        f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over {int(served.counters.drafts)} drafts, "
+        f"{served.tokens_per_s:.0f} tok/s")
+    simulated = None
+    if verifier is not None:
+        started = time.monotonic()
+        samples = greedy_samples(served.ok_rows, verifier,
+                                 checkpoint_layer_ids(checkpoint, verifier.resolved_model_path()))
+        simulated = simulate(load_draft(checkpoint), samples, num_speculative_tokens)
+        log(f"simulated: acceptance length {simulated.acceptance_length:.3f}, per position "
+            f"{[round(r, 3) for r in simulated.acceptance_per_position]} over {simulated.drafts} draft starts "
+            f"({time.monotonic() - started:.0f}s)")
+    baseline = None
+    if measure_baseline and managed:
+        with replaced(server, port=port).serve(log=logger) as urls:
+            baseline = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+        log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
+    return Evaluation(served, simulated, baseline, num_speculative_tokens)
