@@ -115,19 +115,24 @@ def _definitions_parts():
     return built["assets"], built["checks"]
 
 
+def _resources(root: Path, verifier: Path) -> dict:
+    from eagle_assets.resources import StorageRoot, Verifier
+
+    return {"storage": StorageRoot(root=str(root)), "verifier": Verifier(model_path=str(verifier))}
+
+
 TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "validation_fraction": 0.25,
             "log_every_steps": 1}
 
 
 def test_checkpoint_asset_trains_on_cpu_and_passes_checks(features, tmp_path):
     """Two epochs on CPU through dg.materialize; the kept checkpoint loads in speculators; checks pass."""
-    from eagle_assets.resources import StorageRoot
     from eagle_assets.training.checkpoint import load_with_speculators
 
     root = _copy_storage(features[0], tmp_path / "storage")
     assets, checks = _definitions_parts()
     instance = dg.DagsterInstance.ephemeral()
-    resources = {"storage": StorageRoot(root=str(root))}
+    resources = _resources(root, features[1])
     result = dg.materialize([*assets, *checks], instance=instance, resources=resources,
                             run_config={"ops": {"eagle3_checkpoint": {"config": TINY_RUN}}})
     assert result.success
@@ -160,24 +165,21 @@ def test_checkpoint_asset_trains_on_cpu_and_passes_checks(features, tmp_path):
 
 def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, tmp_path):
     """verifier_mismatches names each disagreement; run on a checkpoint produced by the asset."""
-    from eagle_assets.resources import StorageRoot
-
     root = _copy_storage(features[0], tmp_path / "storage")
     assets, _ = _definitions_parts()
-    result = dg.materialize(assets, resources={"storage": StorageRoot(root=str(root))},
+    result = dg.materialize(assets, resources=_resources(root, features[1]),
                             run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
                                                                                  "partitions": ["demo"]}}}})
     folder = Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
     manifest = FeatureManifest.read(root / "hidden_states" / "demo")
-    verifier = Path(manifest.verifier_path)
-    assert verifier_mismatches(folder, verifier, manifest) == []
+    facts = {"hidden_size": HIDDEN, "num_hidden_layers": 4, "vocab_size": VOCAB}
+    assert verifier_mismatches(folder, facts, manifest) == []
     wrong_size = dataclasses.replace(manifest, hidden_size=2 * HIDDEN)
-    assert any("hidden sizes differ" in p for p in verifier_mismatches(folder, verifier, wrong_size))
+    assert any("hidden sizes differ" in p for p in verifier_mismatches(folder, facts, wrong_size))
     wrong_final = dataclasses.replace(manifest, layer_ids=[1, 2, 3, 5])
-    assert any("not the verifier's last" in p for p in verifier_mismatches(folder, verifier, wrong_final))
+    assert any("not the verifier's last" in p for p in verifier_mismatches(folder, facts, wrong_final))
     # A verifier with another vocabulary: t2d no longer covers it.
-    other = tmp_path / "other_verifier"
-    other.mkdir()
-    config = json.loads((verifier / "config.json").read_text())
-    (other / "config.json").write_text(json.dumps({**config, "vocab_size": VOCAB * 2}))
-    assert any("t2d has shape" in p for p in verifier_mismatches(folder, other, manifest))
+    other_vocab = {**facts, "vocab_size": 2 * VOCAB}
+    assert any("t2d has shape" in p for p in verifier_mismatches(folder, other_vocab, manifest))
+    # The kept folder carries its lineage and training record.
+    assert {"lineage.json", "training.json"} <= {p.name for p in folder.iterdir()}

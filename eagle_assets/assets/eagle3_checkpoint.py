@@ -15,9 +15,14 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from eagle_assets.resources import StorageRoot
+from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import write_json
-from eagle_assets.training.checkpoint import keep_checkpoint, load_with_speculators, verifier_mismatches
+from eagle_assets.training.checkpoint import (
+    keep_checkpoint,
+    load_with_speculators,
+    verifier_facts,
+    verifier_mismatches,
+)
 from eagle_assets.training.data_dir import FeatureManifest, TrainingDataError, build_training_data
 from eagle_assets.training.settings import TrainingSettings
 
@@ -89,7 +94,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         pool="gpu",
     )
     def eagle3_checkpoint(context: dg.AssetExecutionContext, config: Eagle3TrainingConfig,
-                          storage: StorageRoot) -> dg.MaterializeResult:
+                          storage: StorageRoot, verifier: Verifier) -> dg.MaterializeResult:
         """An EAGLE-3 draft checkpoint (speculators format, vLLM ``eagle3``) trained on the verifier's outputs.
 
         The folder holds ``config.json`` + ``model.safetensors`` (draft, frozen embedding, ``d2t``/``t2d``),
@@ -108,17 +113,22 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         except TrainingDataError as err:
             raise dg.Failure(str(err)) from err
         manifest = data.manifest
+        model_path, backend = verifier.resolved_model_path(), verifier.get_backend()
+        if manifest.verifier_id != verifier.identity():
+            raise dg.Failure(
+                f"hidden_states of {chosen} were captured from verifier {manifest.verifier_path} (identity "
+                f"{manifest.verifier_id}), but the verifier resource is {model_path} (identity {verifier.identity()}): "
+                "re-materialize hidden_states, or point verifier.model_path at the captured verifier"
+            )
         context.log.info(
             f"training data: {data.num_rows} rows ({data.num_tokens} tokens, {data.num_supervised_tokens} "
-            f"supervised) from {chosen}; verifier {manifest.verifier_path}, aux layers {manifest.aux_layer_ids}"
+            f"supervised) from {chosen}; verifier {model_path}, aux layers {manifest.aux_layer_ids}"
         )
-        from eagle_assets.backends import VerifierBackend
-
-        vocab_size = VerifierBackend(name="config", description="").vocab_size(manifest.verifier_path)
+        vocab_size = backend.vocab_size(model_path)
         vocab = build_draft_vocab(data.path, settings.draft_vocab_size, vocab_size, log=context.log)
         context.log.info(f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering "
                          f"{vocab.coverage:.1%} of supervised tokens")
-        run = runner.train(data, vocab, manifest.verifier_path, settings, work, context.log)
+        run = runner.train(data, vocab, str(model_path), settings, work, context.log)
         summary = run.summary
         training = {
             "settings": settings.model_dump(),
@@ -129,12 +139,16 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                      "skipped_unsupervised": data.skipped_unsupervised},
             "vocab": {"size": vocab.size, "coverage": vocab.coverage,
                       "distinct_supervised_tokens": vocab.distinct_supervised_tokens},
-            "verifier": {"path": manifest.verifier_path, "identity": manifest.verifier_id,
+            "verifier": {"path": str(model_path), "backend": backend.name, "identity": manifest.verifier_id,
                          "layer_ids": manifest.layer_ids, "hidden_size": manifest.hidden_size},
             "run": {"folder": str(run.run_dir), "dagster_run_id": context.run.run_id},
             "metrics": summary,
         }
-        folder, digest = keep_checkpoint(run.best_dir, storage.path(ASSET), {TRAINING_FILE: training})
+        from eagle_assets.lineage import lineage_for_checkpoint, lineage_metadata, write_lineage
+
+        lineage = lineage_for_checkpoint(context, root, chosen, training=training)
+        folder, digest = keep_checkpoint(run.best_dir, storage.path(ASSET), {TRAINING_FILE: training},
+                                         finish=lambda tmp: write_lineage(tmp, lineage))
         write_json({"path": str(folder), "data_version": digest}, storage.path(ASSET) / LATEST_FILE)
         context.log.info(f"kept checkpoint {folder} (epoch {summary['best_epoch']}, val loss {summary['val_loss']:.4f}) "
                          f"after {time.monotonic() - started:.0f}s")
@@ -152,6 +166,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "train_loss": summary["train_loss"],
             "tokens_per_s": summary["tokens_per_s"],
             **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
+            **lineage_metadata(lineage),
         }
         return dg.MaterializeResult(
             metadata={k: v for k, v in metadata.items() if v is not None},
@@ -172,11 +187,13 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
                     description="Hidden size, aux layer ids and d2t/t2d vocab maps agree with the verifier "
                     "and with the hidden_states manifests the draft was trained on.")
-    def matches_verifier(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
+    def matches_verifier(context: dg.AssetCheckExecutionContext, storage: StorageRoot,
+                         verifier: Verifier) -> dg.AssetCheckResult:
         folder = _latest_checkpoint(context)
+        facts = verifier_facts(verifier.get_backend(), verifier.resolved_model_path())
         problems = []
         for manifest in _features_of(folder, Path(storage.root)):
-            problems += verifier_mismatches(folder, Path(manifest.verifier_path), manifest)
+            problems += verifier_mismatches(folder, facts, manifest)
         return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
 
     return {"assets": [eagle3_checkpoint], "checks": [loads_with_speculators, matches_verifier]}

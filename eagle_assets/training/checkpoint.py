@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,10 @@ def checkpoint_hash(folder: Path) -> str:
     return combined_hash(f"{name}:{file_sha256(Path(folder) / name)}" for name in MODEL_FILES)
 
 
-def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict]) -> tuple[Path, str]:
-    """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<hash>``."""
+def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict],
+                    finish: Callable[[Path], object] | None = None) -> tuple[Path, str]:
+    """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<hash>``;
+    ``finish`` (e.g. the lineage writer) runs on the complete folder before it takes its final name."""
     digest = checkpoint_hash(best_dir)
     final = Path(out_root) / digest[:16]
     out_root.mkdir(parents=True, exist_ok=True)
@@ -43,6 +46,8 @@ def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict])
                 shutil.copy2(path, tmp / path.name)
         for name, content in extra_json.items():
             write_json(content, tmp / name)
+        if finish is not None:
+            finish(tmp)
         if final.exists():  # the same weights kept before: refresh the metadata files
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -69,11 +74,16 @@ def _vocab_maps(folder: Path) -> tuple[np.ndarray, np.ndarray]:
         return fh.get_tensor("d2t"), fh.get_tensor("t2d")
 
 
-def verifier_mismatches(folder: Path, verifier_path: Path, manifest: FeatureManifest) -> list[str]:
-    """Every way the checkpoint disagrees with the verifier and the captured features (empty: none)."""
+def verifier_facts(backend, model_path) -> dict[str, int]:
+    """What the checks compare, read through the verifier's backend (which knows nested text configs)."""
+    return {"hidden_size": backend.hidden_size(model_path), "num_hidden_layers": backend.num_layers(model_path),
+            "vocab_size": backend.vocab_size(model_path)}
+
+
+def verifier_mismatches(folder: Path, verifier: dict[str, int], manifest: FeatureManifest) -> list[str]:
+    """Every way the checkpoint disagrees with the verifier (:func:`verifier_facts`) and the captured
+    features' manifest; empty when they all agree."""
     config = json.loads((Path(folder) / "config.json").read_text())
-    verifier = json.loads((Path(verifier_path) / "config.json").read_text())
-    verifier = verifier.get("text_config", verifier)
     layer = config.get("transformer_layer_config", {})
     problems = []
     if config.get("speculators_model_type") != "eagle3":

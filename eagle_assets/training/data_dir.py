@@ -56,20 +56,22 @@ class FeatureManifest:
 
     @classmethod
     def read(cls, folder: Path) -> FeatureManifest:
+        """Parse the ``manifest.json`` the ``hidden_states`` asset writes beside its index."""
         path = Path(folder) / "manifest.json"
         if not path.exists():
             raise TrainingDataError(f"{path} is missing: materialize the hidden_states partition first")
         raw = json.loads(path.read_text())
         try:
+            verifier = raw["verifier"]
             return cls(
-                verifier_path=str(raw["verifier_path"]),
-                verifier_id=str(raw["verifier_id"]),
-                backend=str(raw["backend"]),
+                verifier_path=str(verifier["model_path"]),
+                verifier_id=str(verifier["identity"]),
+                backend=str(verifier["backend"]),
                 layer_ids=[int(i) for i in raw["layer_ids"]],
                 hidden_size=int(raw["hidden_size"]),
                 dtype=str(raw["dtype"]),
             )
-        except KeyError as missing:
+        except (KeyError, TypeError) as missing:
             raise TrainingDataError(f"{path} lacks field {missing}: re-materialize hidden_states") from None
 
     def identity(self) -> tuple:

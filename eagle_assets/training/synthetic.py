@@ -18,6 +18,7 @@ import pyarrow as pa
 import torch
 from safetensors.torch import save_file
 
+from eagle_assets.backends import verifier_identity
 from eagle_assets.storage import atomic_path, file_sha256, write_json, write_parquet
 
 
@@ -94,8 +95,11 @@ def write_random_features(
     write_parquet(pa.Table.from_pylist(seq_rows, schema=seq_schema), seq_folder / "sequences.parquet")
     write_parquet(pa.Table.from_pylist(index_rows, schema=index_schema), hs_folder / "index.parquet")
     config = json.loads((Path(verifier_path) / "config.json").read_text())
+    verifier = {"backend": "transformers", "model_path": str(verifier_path), "identity": verifier_identity(verifier_path),
+                "num_layers": config["num_hidden_layers"], "hidden_size": hidden_size,
+                "vocab_size": config["vocab_size"]}
     write_json(
-        {"verifier_path": str(verifier_path), "verifier_id": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
-         "backend": "synthetic", "layer_ids": list(layer_ids), "hidden_size": hidden_size, "dtype": "bfloat16"},
+        {"verifier": verifier, "layer_ids": list(layer_ids), "aux_layer_ids": list(layer_ids[:-1]),
+         "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": "bfloat16"},
         hs_folder / "manifest.json",
     )
