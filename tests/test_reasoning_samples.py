@@ -1,0 +1,247 @@
+"""The reasoning_samples asset against the session's real vLLM server (the tiny verifier).
+
+Generation is kept short (few prompts, small max_tokens): the suite runs on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dagster as dg
+import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from transformers import AutoTokenizer
+
+from eagle_assets.assets import prompts, reasoning_samples
+from eagle_assets.generation.store import load_samples, shard_paths
+from eagle_assets.partitions import source_partitions
+from eagle_assets.resources import StorageRoot, VLLMServer
+
+pytestmark = pytest.mark.integration
+
+MAX_TOKENS = 200
+
+
+def materialize(storage: StorageRoot, server: VLLMServer, partition: str = "demo", limit: int | None = 12,
+                location: str | None = None, with_prompts: bool = True, **sample_config):
+    parts = source_partitions()
+    assets = reasoning_samples.build(parts)["assets"]
+    run_config = {"reasoning_samples": {"config": {"max_tokens": MAX_TOKENS, "progress_interval_s": 1.0,
+                                                   **sample_config}}}
+    if with_prompts:
+        assets = prompts.build(parts)["assets"] + assets
+        run_config["prompts"] = {"config": {"limit": limit, "location": location}}
+    return dg.materialize(
+        assets, partition_key=partition, resources={"storage": storage, "vllm_server": server},
+        run_config={"ops": run_config}, raise_on_error=False,
+    )
+
+
+def materialize_prompts(storage: StorageRoot, limit: int, partition: str = "demo") -> None:
+    result = dg.materialize(prompts.build(source_partitions())["assets"], partition_key=partition,
+                            resources={"storage": storage}, run_config={"ops": {"prompts": {"config": {"limit": limit}}}})
+    assert result.success
+
+
+def samples_metadata(result) -> dict:
+    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["reasoning_samples"]]
+    return {k: v.value for k, v in event.materialization.metadata.items()} | {
+        "data_version": event.materialization.tags["dagster/data_version"]
+    }
+
+
+def failure_message(result) -> str:
+    return "\n".join(str(e.event_specific_data.error.message) for e in result.all_events
+                     if e.event_type_value == "STEP_FAILURE")
+
+
+def prompt_ids(storage: StorageRoot, partition: str = "demo") -> set[str]:
+    return set(pq.read_table(storage.path("prompts", partition) / "prompts.parquet")["prompt_id"].to_pylist())
+
+
+def test_demo_samples_carry_the_verifiers_exact_tokens_and_a_rerun_adds_nothing(
+    storage_root, vllm_server_config, vllm_server_urls, tiny_verifier
+):
+    # The managed resource with the fixture's settings attaches to the session server.
+    result = materialize(storage_root, vllm_server_config)
+    assert result.success, failure_message(result)
+    meta = samples_metadata(result)
+    assert meta["ok"] == meta["prompts_selected"] == 12 and meta["errors"] == 0
+    assert meta["completion_tokens_total"] > 0 and meta["output_tokens_per_s"] > 0
+    assert 0 <= meta["truncation_rate"] <= 1 and "completion_tokens_p90" in meta
+
+    samples = load_samples(storage_root.path("reasoning_samples", "demo"))
+    assert set(samples["prompt_id"].to_pylist()) == prompt_ids(storage_root)
+    rows = {r["prompt_id"]: r for r in samples.to_pylist()}
+    table = pq.read_table(storage_root.path("prompts", "demo") / "prompts.parquet").to_pylist()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
+    for prompt in table:
+        row = rows[prompt["prompt_id"]]
+        rendered = tokenizer.apply_chat_template(prompt["messages"], add_generation_prompt=True, tokenize=False)
+        assert row["prompt_token_ids"] == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        assert len(row["token_ids"]) == row["completion_tokens"] > 0
+        assert row["split"] == prompt["split"] and row["truncated"] == (row["finish_reason"] == "length")
+        assert row["vllm_version"] and row["server_model"] == str(tiny_verifier)
+    # The tiny verifier really thinks, closes </think> and answers.
+    finished = [r for r in rows.values() if r["finish_reason"] == "stop"]
+    assert finished and all(r["reasoning"] and not r["unfinished_thinking"] for r in finished)
+    assert any((r["content"] or "").strip() for r in finished)
+
+    again = materialize(storage_root, vllm_server_config, with_prompts=False)
+    assert again.success
+    assert samples_metadata(again)["captured_this_run"] == 0
+    assert samples_metadata(again)["data_version"] == meta["data_version"]
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys, dagster as dg
+    from eagle_assets.assets import reasoning_samples
+    from eagle_assets.partitions import source_partitions
+    from eagle_assets.resources import StorageRoot, VLLMServer
+    root, url = sys.argv[1], sys.argv[2]
+    dg.materialize(
+        reasoning_samples.build(source_partitions())["assets"], partition_key="demo",
+        resources={"storage": StorageRoot(root=root), "vllm_server": VLLMServer(mode="external", base_urls=[url])},
+        run_config={"ops": {"reasoning_samples": {"config": {
+            "max_tokens": %d, "concurrency": 1, "shard_rows": 2}}}},
+    )
+    """
+    % MAX_TOKENS
+)
+
+
+def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage_root, vllm_server_urls, tmp_path):
+    external = VLLMServer(mode="external", base_urls=vllm_server_urls)
+    materialize_prompts(storage_root, limit=30)
+    wanted = prompt_ids(storage_root)
+    folder = storage_root.path("reasoning_samples", "demo")
+    script = tmp_path / "materialize.py"
+    script.write_text(KILL_SCRIPT)
+    child = subprocess.Popen([sys.executable, str(script), storage_root.root, vllm_server_urls[0]],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while len(load_samples(folder, columns=["status"])) < 4 and time.monotonic() < deadline:
+            assert child.poll() is None, "the materializing process ended before it could be killed"
+            time.sleep(0.1)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    before = load_samples(folder)
+    assert 0 < pc.sum(pc.equal(before["status"], "ok")).as_py() < len(wanted), "the kill did not land mid-run"
+
+    result = materialize(storage_root, external, with_prompts=False, concurrency=8)
+    assert result.success, failure_message(result)
+    assert samples_metadata(result)["captured_this_run"] == len(wanted) - before.num_rows
+    # Every shard row, not just the latest view: each prompt has exactly one ok row.
+    every_row = pa.concat_tables(pq.read_table(p, columns=["prompt_id", "status"]) for p in shard_paths(folder))
+    ok_ids = [pid for pid, status in zip(every_row["prompt_id"].to_pylist(), every_row["status"].to_pylist())
+              if status == "ok"]
+    assert Counter(ok_ids) == Counter(wanted)
+
+
+class FlakyProxy:
+    """A real HTTP proxy in front of the server: a prompt's first attempt gets a 503 or times out."""
+
+    def __init__(self, upstream: str, stall_s: float):
+        self.upstream = upstream.removesuffix("/v1")
+        self.attempts: Counter = Counter()
+        self.injected: Counter = Counter()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.relay(httpx.get(proxy.upstream + self.path))
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                prompt = json.loads(body)["messages"][-1]["content"]
+                proxy.attempts[prompt] += 1
+                kind = hash(prompt) % 3
+                if proxy.attempts[prompt] == 1 and kind == 0:
+                    proxy.injected["503"] += 1
+                    return self.relay(httpx.Response(503, json={"error": "overloaded (injected)"}))
+                if proxy.attempts[prompt] == 1 and kind == 1:
+                    proxy.injected["timeout"] += 1
+                    time.sleep(stall_s)  # the client gave up meanwhile; this answer goes nowhere
+                    return None
+                self.relay(httpx.post(proxy.upstream + self.path, content=body,
+                                      headers={"content-type": "application/json"}, timeout=300))
+
+            def relay(self, response: httpx.Response) -> None:
+                try:
+                    self.send_response(response.status_code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(response.content)))
+                    self.end_headers()
+                    self.wfile.write(response.content)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_injected_5xx_and_timeouts_are_retried_to_success(storage_root, vllm_server_urls):
+    proxy = FlakyProxy(vllm_server_urls[0], stall_s=6.0)
+    try:
+        result = materialize(storage_root, VLLMServer(mode="external", base_urls=[proxy.url]),
+                             request_timeout_s=3.0, max_retries=3)
+    finally:
+        proxy.close()
+    assert result.success, failure_message(result)
+    meta = samples_metadata(result)
+    assert proxy.injected["503"] > 0 and proxy.injected["timeout"] > 0
+    assert meta["ok"] == 12 and meta["errors"] == 0
+    assert meta["http_retries"] == sum(proxy.injected.values())
+
+
+def test_an_unreachable_server_fails_the_step_with_the_url_and_keeps_prompts(storage_root):
+    url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+    result = materialize(storage_root, VLLMServer(mode="external", base_urls=[url], startup_timeout_s=1))
+    assert not result.success
+    assert url in failure_message(result) and "re-materialize to resume" in failure_message(result)
+    assert len(prompt_ids(storage_root)) == 12
+
+
+def test_an_over_long_prompt_is_a_recorded_http_400_and_retried_next_run(storage_root, vllm_server_urls, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "What is 17 + 25?"}]},
+            {"messages": [{"role": "user", "content": "Add 3 and 4. " + "12 " * 9000}]},  # > max-model-len
+            {"messages": [{"role": "user", "content": "What is 6 times 7?"}]}]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    server = VLLMServer(mode="external", base_urls=vllm_server_urls)
+    result = materialize(storage_root, server, partition="jsonl", limit=None, location=str(data))
+    meta = samples_metadata(result)  # the samples are materialized ...
+    assert (meta["ok"], meta["errors"]) == (2, 1)
+    # ... and the blocking error-rate gate stops the step, so nothing downstream trains on a gap.
+    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == "error_rate_below_limit"]
+    assert not check.passed and not result.success and "error_rate_below_limit" in failure_message(result)
+    samples = load_samples(storage_root.path("reasoning_samples", "jsonl"))
+    (error,) = [r for r in samples.to_pylist() if r["status"] == "error"]
+    assert error["error"].startswith("HTTP 400") and "context length" in error["error"]
+
+    again = materialize(storage_root, server, partition="jsonl", with_prompts=False)
+    assert samples_metadata(again)["captured_this_run"] == 1  # only the failed prompt is tried again
