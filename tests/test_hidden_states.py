@@ -134,10 +134,11 @@ def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, t
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
-        # Kill as soon as files appear, preferably while one is half-written (a temporary exists).
+        # Kill once files appear, preferably while one is half-written (a temporary exists).
         while time.monotonic() < deadline and proc.poll() is None:
             names = [p.name for p in tensors.iterdir()] if tensors.exists() else []
-            if any(n.endswith(".safetensors") for n in names) and any(n.endswith(".tmp") for n in names):
+            finished = sum(n.endswith(".safetensors") for n in names)
+            if finished and (any(n.endswith(".tmp") for n in names) or finished >= 5):
                 break
             time.sleep(0.002)
         if proc.poll() is None:
