@@ -65,7 +65,8 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
     for event in result.get_asset_materialization_events():
         mat = event.step_materialization_data.materialization
         numbers = ", ".join(
-            f"{k}={v.value}" for k, v in mat.metadata.items()
+            f"{k}={v.value:.4g}" if isinstance(v.value, float) else f"{k}={v.value}"
+            for k, v in mat.metadata.items()
             if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue)) and not k.startswith("dagster/")
             and v.value  # zero counters (e.g. skip reasons that never happened) are noise here
         )
