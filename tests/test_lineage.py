@@ -1,0 +1,228 @@
+"""Lineage of a checkpoint, built from a real chain materialized on a temporary Dagster instance.
+
+The chain: the real ``prompts`` asset (demo source), reasoning-sample shards written through the real
+generation store (a stand-in for the vLLM capture, which needs a server), the real
+``token_sequences`` and ``hidden_states`` assets on the tiny verifier, and a checkpoint stand-in that
+writes weight files and records its lineage exactly as ``eagle3_checkpoint`` does.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the test assets' annotations at runtime.
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from safetensors.torch import save_file
+from transformers import AutoTokenizer
+from typer.testing import CliRunner
+
+from upstream_rows import PARTITION, sample_row, write_samples
+
+from eagle_assets.assets import hidden_states as hs_family
+from eagle_assets.assets import prompts as prompts_family
+from eagle_assets.assets import token_sequences as ts_family
+from eagle_assets.cli import app
+from eagle_assets.generation.store import load_samples
+from eagle_assets.lineage import (
+    LINEAGE_FILE,
+    UPSTREAM_ASSETS,
+    collect_lineage,
+    dagster_input_version,
+    latest_materialization,
+    lineage_for_checkpoint,
+    lineage_metadata,
+    read_lineage,
+    summary_lines,
+    verify_lineage,
+    write_lineage,
+)
+from eagle_assets.partitions import source_partitions
+from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.storage import combined_hash
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+
+
+def chain_assets(tokenizer):
+    partitions = source_partitions()
+
+    @dg.asset(name="reasoning_samples", partitions_def=partitions, deps=["prompts"], code_version="test-samples-1")
+    def reasoning_samples(context: dg.AssetExecutionContext, storage: StorageRoot) -> dg.MaterializeResult:
+        """Samples the verifier could have written, stored through the real shard writer."""
+        import pyarrow.parquet as pq
+
+        prompts = pq.read_table(storage.path("prompts", context.partition_key) / "prompts.parquet").to_pylist()
+        write_samples(storage, [sample_row(p, tokenizer, steps=2, sampling=json.dumps({"temperature": 0.0}))
+                                for p in prompts])
+        samples = load_samples(storage.path("reasoning_samples", context.partition_key))
+        return dg.MaterializeResult(
+            metadata={"ok": samples.num_rows, "reasoning_parser": "qwen3"},
+            data_version=dg.DataVersion(combined_hash(samples["prompt_id"].to_pylist())[:16]),
+        )
+
+    @dg.asset(name="eagle3_checkpoint", deps=[dg.AssetDep(name, partition_mapping=dg.AllPartitionMapping())
+                                              for name in ("token_sequences", "hidden_states")],
+              code_version="test-ckpt-1")
+    def eagle3_checkpoint(context: dg.AssetExecutionContext, storage: StorageRoot) -> dg.MaterializeResult:
+        """Weight files, then lineage.json as the real checkpoint asset writes it."""
+        import torch
+
+        folder = storage.path("eagle3_checkpoint") / "ckpt"
+        folder.mkdir()
+        save_file({"w": torch.arange(8, dtype=torch.float32)}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
+        training = {"settings": {"epochs": 1, "lr": 1e-3, "seed": 0}}
+        lineage = lineage_for_checkpoint(context, storage.root, [PARTITION], training=training)
+        write_lineage(folder, lineage)
+        return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(folder)), **lineage_metadata(lineage)})
+
+    return [prompts_family.build(partitions)["assets"][0], reasoning_samples,
+            *ts_family.build(partitions)["assets"], *hs_family.build(partitions)["assets"], eagle3_checkpoint]
+
+
+@pytest.fixture(scope="module")
+def chain(tiny_verifier, tmp_path_factory):
+    """(instance, storage root, checkpoint folder), materialized once for the module."""
+    base = tmp_path_factory.mktemp("lineage")
+    storage = StorageRoot(root=str(base / "data"))
+    resources = {"storage": storage, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu")}
+    assets = chain_assets(AutoTokenizer.from_pretrained(tiny_verifier))
+    home = base / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        upstream = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources=resources,
+                                  selection=list(UPSTREAM_ASSETS),
+                                  run_config={"ops": {"prompts": {"config": {"limit": 6}}}})
+        assert upstream.success
+        checkpoint = dg.materialize(assets, instance=instance, resources=resources, selection=["eagle3_checkpoint"])
+        assert checkpoint.success
+        yield instance, Path(storage.root), Path(storage.root) / "eagle3_checkpoint" / "ckpt"
+
+
+def test_lineage_records_dagster_provenance_and_every_file(chain):
+    instance, root, ckpt = chain
+    lineage = read_lineage(ckpt)
+    assert lineage["storage_root"] == str(root.resolve())
+    for asset in UPSTREAM_ASSETS:
+        record = latest_materialization(instance, asset, PARTITION)
+        assert lineage["dagster"][asset][PARTITION]["data_version"] == record["data_version"]
+        assert lineage["run_ids"][f"{asset}[{PARTITION}]"] == record["run_id"]
+    # Dagster's own input tags link the steps: token_sequences read these samples.
+    links = {(link["asset"], link["input"]): link for link in lineage["links"]}
+    assert set(links) == {("reasoning_samples", "prompts"), ("token_sequences", "prompts"),
+                          ("token_sequences", "reasoning_samples"), ("hidden_states", "token_sequences")}
+    assert all(link["consistent"] for link in links.values())
+    samples_version = lineage["dagster"]["reasoning_samples"][PARTITION]["data_version"]
+    consumed = lineage["dagster"]["token_sequences"][PARTITION]["input_data_versions"]["reasoning_samples"]
+    assert consumed == dagster_input_version({PARTITION: samples_version})
+    paths = {a["path"] for a in lineage["artifacts"]}
+    assert f"prompts/{PARTITION}/prompts.parquet" in paths
+    assert f"token_sequences/{PARTITION}/sequences.parquet" in paths
+    assert any(p.startswith(f"reasoning_samples/{PARTITION}/shard-") for p in paths)
+    assert any(p.startswith(f"hidden_states/{PARTITION}/tensors/") for p in paths)
+    assert {f["path"] for f in lineage["checkpoint_files"]} == {"config.json", "model.safetensors"}
+    src = lineage["prompt_sources"][PARTITION]
+    assert src["plugin"] and src["counts"]["rows_kept"] == 6
+    assert lineage["generation"][PARTITION]["reasoning_parser"] == "qwen3"
+    assert lineage["generation"][PARTITION]["sampling"] == [{"temperature": 0.0}]
+    assert lineage["tokenization"][PARTITION]["chat_template_hash"]
+    assert lineage["training"]["versions"]["speculators"]
+    assert lineage["training"]["code_version"] == "test-ckpt-1"
+
+
+def test_checkpoint_materialization_shows_the_lineage(chain):
+    instance, _, _ = chain
+    record = latest_materialization(instance, "eagle3_checkpoint", None)
+    assert record["metadata"][f"lineage/prompts[{PARTITION}]"].startswith("data ")
+
+
+def test_show_prints_the_chain(chain):
+    _, _, ckpt = chain
+    result = runner.invoke(app, ["lineage", "show", str(ckpt)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    order = [next(i for i, line in enumerate(lines) if asset in line)
+             for asset in ("prompts[", "reasoning_samples[", "token_sequences[", "hidden_states[", "eagle3_checkpoint")]
+    assert order == sorted(order)
+
+
+def test_verify_passes_on_an_intact_chain(chain):
+    _, _, ckpt = chain
+    result = runner.invoke(app, ["lineage", "verify", str(ckpt)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("ok: ")
+
+
+@pytest.mark.parametrize("pattern", [
+    f"prompts/{PARTITION}/prompts.parquet",
+    f"reasoning_samples/{PARTITION}/shard-*.parquet",
+    f"token_sequences/{PARTITION}/sequences.parquet",
+    f"hidden_states/{PARTITION}/index.parquet",
+    f"hidden_states/{PARTITION}/tensors/*.safetensors",
+    "eagle3_checkpoint/ckpt/model.safetensors",
+])
+def test_one_changed_byte_is_named(chain, pattern):
+    _, root, ckpt = chain
+    target = sorted(root.glob(pattern))[0]
+    original = target.read_bytes()
+    try:
+        target.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)])
+        assert result.exit_code == 1
+        named = [line for line in result.output.splitlines() if line.startswith("changed: ")]
+        assert len(named) == 1 and str(target) in named[0]
+    finally:
+        target.write_bytes(original)
+    assert runner.invoke(app, ["lineage", "verify", str(ckpt)]).exit_code == 0
+
+
+def test_a_deleted_artifact_is_named_as_vanished(chain):
+    _, root, ckpt = chain
+    target = sorted(root.glob(f"hidden_states/{PARTITION}/tensors/*.safetensors"))[-1]
+    original = target.read_bytes()
+    try:
+        target.unlink()
+        checked, problems = verify_lineage(ckpt)
+        assert [(p.kind, p.where) for p in problems] == [("vanished", target)]
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)])
+        assert result.exit_code == 1 and f"vanished: hidden_states {target.relative_to(root).as_posix()}" in result.output
+    finally:
+        target.write_bytes(original)
+
+
+def test_a_moved_storage_root_verifies_with_root(chain, tmp_path):
+    _, root, ckpt = chain
+    copy = tmp_path / "moved"
+    shutil.copytree(root, copy)
+    moved_ckpt = copy / "eagle3_checkpoint" / "ckpt"
+    assert runner.invoke(app, ["lineage", "verify", str(moved_ckpt), "--root", str(copy)]).exit_code == 0
+    (copy / "prompts" / PARTITION / "prompts.parquet").write_bytes(b"not the prompts")
+    result = runner.invoke(app, ["lineage", "verify", str(moved_ckpt), "--root", str(copy)])
+    assert result.exit_code == 1 and f"prompts/{PARTITION}/prompts.parquet" in result.output
+
+
+def test_a_folder_without_lineage_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["lineage", "verify", str(tmp_path)])
+    assert result.exit_code == 2 and LINEAGE_FILE in result.output
+
+
+def test_an_upstream_rematerialized_after_use_is_flagged(tiny_verifier, tmp_path):
+    storage = StorageRoot(root=str(tmp_path / "data"))
+    assets = chain_assets(AutoTokenizer.from_pretrained(tiny_verifier))[:2]  # prompts, reasoning_samples
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        def run(selection, limit):
+            result = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources={"storage": storage},
+                                    selection=selection, run_config={"ops": {"prompts": {"config": {"limit": limit}}}})
+            assert result.success
+
+        run(["prompts", "reasoning_samples"], 4)
+        run(["prompts"], 5)  # new prompts on disk; the samples were made from the old ones
+        lineage = collect_lineage(instance, storage.root, [PARTITION])
+    [link] = [link for link in lineage["links"] if link["input"] == "prompts"]
+    assert link["asset"] == "reasoning_samples" and not link["consistent"]
+    assert any(line.strip().startswith("! reasoning_samples[demo] consumed prompts") for line in summary_lines(lineage))
