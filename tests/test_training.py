@@ -183,3 +183,33 @@ def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, tmp_path):
     assert any("t2d has shape" in p for p in verifier_mismatches(folder, other_vocab, manifest))
     # The kept folder carries its lineage and training record.
     assert {"lineage.json", "training.json"} <= {p.name for p in folder.iterdir()}
+
+
+@pytest.mark.integration
+def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_verifier, storage_root):
+    """prompts -> (stored reasoning samples) -> token_sequences -> hidden_states -> eagle3_checkpoint,
+    every asset the real one, on the embedded tiny verifier; the checks pass."""
+    from transformers import AutoTokenizer
+
+    from eagle_assets.assets import eagle3_checkpoint, hidden_states, token_sequences
+    from eagle_assets.partitions import source_partitions
+    from eagle_assets.resources import Verifier
+    from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
+    prompts = demo_prompts(storage_root, limit=16)
+    write_samples(storage_root, [sample_row(p, tokenizer, steps=3) for p in prompts])
+    partitions = source_partitions()
+    features = [*token_sequences.build(partitions)["assets"], *hidden_states.build(partitions)["assets"]]
+    resources = {"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu")}
+    assert dg.materialize(features, partition_key=PARTITION, resources=resources).success
+    built = eagle3_checkpoint.build(partitions)
+    result = dg.materialize([*built["assets"], *built["checks"]], resources=resources,
+                            run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1}}}})
+    assert result.success
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    train_rows = sum(p["split"] == "train" for p in prompts)
+    assert meta["partitions"].value == PARTITION and meta["rows"].value == train_rows
+    config = json.loads((Path(meta["path"].value) / "config.json").read_text())
+    assert config["speculators_config"]["verifier"]["name_or_path"] == str(tiny_verifier)
