@@ -337,6 +337,7 @@ class VLLMServer(dg.ConfigurableResource):
                     )
                 proc, owned, offset = self._launch(argv, fingerprint, state_path, log_path, log), True, 0
                 state = {"pid": proc.pid}
+        log_path.touch()  # an attached server's log may have been cleaned away
         follower = _LogFollower(log_path, log.info, offset)
         follower.start()
         pid = state["pid"]

@@ -13,7 +13,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_assets.generation.http import httpx
+from eagle_assets.generation.sdk_http import httpx
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import (
     CaptureEngine,

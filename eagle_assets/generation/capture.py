@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_assets.generation.http import httpx
+from eagle_assets.generation.sdk_http import httpx
 from eagle_assets.generation.engine import CaptureEngine, ClientSettings, PromptRequest, Sampling
 from eagle_assets.generation.progress import Progress, report_every
 from eagle_assets.generation.store import ShardWriter

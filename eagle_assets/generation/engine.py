@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import openai
 
-from eagle_assets.generation.http import httpx
+from eagle_assets.generation.sdk_http import httpx
 from eagle_assets.generation.parsing import MalformedResponse, parse_completion
 from eagle_assets.generation.progress import Progress
 
