@@ -43,56 +43,95 @@ class Policy:
     splits: tuple[str, ...]
 
 
+def list_rows(column) -> list:
+    """Per-row numpy views of a list<int> column, None for nulls. Python lists of ints would not fit
+    in memory at scale (100K samples x 8K tokens = 800M ints)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets, values = arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return [values[offsets[i]:offsets[i + 1]] if valid[i] else None for i in range(len(arr))]
+
+
 @dataclass
 class Built:
-    rows: list[dict] = field(default_factory=list)
+    """Rows as flat token arrays (one concatenation at the end instead of per-row Python lists)."""
+
+    prompt_ids: list[str] = field(default_factory=list)
+    splits: list[str] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)
+    prompt_lengths: list[int] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     cut_to_max_length: int = 0
 
+    def add(self, prompt_id: str, split: str, prompt, completion, origin: str) -> None:
+        self.prompt_ids.append(prompt_id)
+        self.splits.append(split)
+        self.origins.append(origin)
+        self.tokens.append(np.concatenate([np.asarray(prompt, np.int32), np.asarray(completion, np.int32)]))
+        self.prompt_lengths.append(len(prompt))
+
+    @property
+    def supervised_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens) - sum(self.prompt_lengths)
+
     def table(self) -> pa.Table:
-        return pa.Table.from_pylist(self.rows, schema=SEQUENCES_SCHEMA)
+        lengths = np.array([len(t) for t in self.tokens], np.int32)
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int32)
+        values = np.concatenate(self.tokens) if self.tokens else np.zeros(0, np.int32)
+        mask = np.ones(len(values), np.int8)
+        for start, prompt_len in zip(offsets[:-1], self.prompt_lengths):
+            mask[start:start + prompt_len] = 0
+        arrow_offsets = pa.array(offsets, pa.int32())
+        return pa.table(
+            {"prompt_id": pa.array(self.prompt_ids, pa.string()), "split": pa.array(self.splits, pa.string()),
+             "input_ids": pa.ListArray.from_arrays(arrow_offsets, pa.array(values, pa.int32())),
+             "loss_mask": pa.ListArray.from_arrays(arrow_offsets, pa.array(mask, pa.int8())),
+             "seq_len": pa.array(lengths, pa.int32()), "origin": pa.array(self.origins, pa.string())},
+            schema=SEQUENCES_SCHEMA,
+        )
 
 
-def _ids(value) -> list[int]:
-    return [] if value is None else list(value)
+def _column(samples: pa.Table, name: str) -> list:
+    return samples[name].to_pylist() if name in samples.column_names else [None] * samples.num_rows
 
 
 def build_rows(samples: pa.Table, messages: dict[str, list[dict]], render: Renderer, policy: Policy) -> Built:
     """One row per usable sample; every other sample counted under the reason it was skipped."""
     out = Built()
-    for s in samples.to_pylist():
-        if s["status"] != "ok":
+    ids, statuses, splits = _column(samples, "prompt_id"), _column(samples, "status"), _column(samples, "split")
+    truncated = _column(samples, "truncated")
+    prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
+    for i, prompt_id in enumerate(ids):
+        if statuses[i] != "ok":
             out.skipped["error"] += 1
             continue
-        if s.get("split") not in policy.splits:
+        if splits[i] not in policy.splits:
             out.skipped["other_split"] += 1
             continue
-        if s.get("truncated") and policy.truncated_samples == "drop":
+        if truncated[i] and policy.truncated_samples == "drop":
             out.skipped["truncated_generation"] += 1
             continue
-        prompt_ids, completion_ids = _ids(s.get("prompt_token_ids")), _ids(s.get("token_ids"))
-        origin = "server_tokens"
-        if not prompt_ids or not completion_ids:
-            conversation = messages.get(s["prompt_id"])
+        prompt_ids, completion_ids, origin = prompts[i], completions[i], "server_tokens"
+        if prompt_ids is None or completion_ids is None or not len(prompt_ids) or not len(completion_ids):
+            conversation = messages.get(prompt_id)
             if conversation is None:
                 out.skipped["no_prompt_row"] += 1
                 continue
-            prompt_ids, completion_ids = render(conversation, s.get("reasoning"), s.get("content"))
+            # Texts are read per rendered row only: the common (server-token) path never builds them.
+            prompt_ids, completion_ids = render(
+                conversation, samples["reasoning"][i].as_py(), samples["content"][i].as_py())
             origin = "rendered"
-        if not completion_ids:
+        if not len(completion_ids):
             out.skipped["empty_completion"] += 1
             continue
-        total = len(prompt_ids) + len(completion_ids)
-        if total > policy.max_length:
+        if len(prompt_ids) + len(completion_ids) > policy.max_length:
             if policy.overlength == "drop" or len(prompt_ids) >= policy.max_length:
                 out.skipped["over_max_length"] += 1
                 continue
             completion_ids = completion_ids[: policy.max_length - len(prompt_ids)]
             out.cut_to_max_length += 1
-        ids = np.asarray(prompt_ids + completion_ids, dtype=np.int32)
-        mask = np.concatenate([np.zeros(len(prompt_ids), np.int8), np.ones(len(completion_ids), np.int8)])
-        out.rows.append({"prompt_id": s["prompt_id"], "split": s["split"], "input_ids": ids, "loss_mask": mask,
-                         "seq_len": len(ids), "origin": origin})
+        out.add(prompt_id, splits[i], prompt_ids, completion_ids, origin)
     return out
 
 
@@ -147,20 +186,24 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
     (prompts are deterministic); completion mismatches can also come from the model sampling a
     non-canonical tokenization, so a few are normal.
     """
+    ids, statuses = _column(samples, "prompt_id"), _column(samples, "status")
+    prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
     candidates = [
-        s for s in samples.to_pylist()
-        if s["status"] == "ok" and s.get("prompt_token_ids") and s.get("token_ids") and s["prompt_id"] in messages
+        i for i, prompt_id in enumerate(ids)
+        if statuses[i] == "ok" and prompts[i] is not None and len(prompts[i]) and completions[i] is not None
+        and len(completions[i]) and prompt_id in messages
     ]
     report = DriftReport()
-    for s in random.Random(seed).sample(candidates, min(sample_size, len(candidates))):
-        prompt_ids, completion_ids = render(messages[s["prompt_id"]], s.get("reasoning"), s.get("content"))
-        server_prompt, server_completion = list(s["prompt_token_ids"]), list(s["token_ids"])
+    for i in random.Random(seed).sample(candidates, min(sample_size, len(candidates))):
+        prompt_ids, completion_ids = render(
+            messages[ids[i]], samples["reasoning"][i].as_py(), samples["content"][i].as_py())
+        server_prompt, server_completion = prompts[i].tolist(), completions[i].tolist()
         report.checked += 1
-        if prompt_ids != server_prompt:
+        if list(prompt_ids) != server_prompt:
             report.prompt_mismatches += 1
-            at = _first_difference(prompt_ids, server_prompt)
-            report.examples.append(f"{s['prompt_id']}: prompt differs at token {at} "
-                                   f"(local {prompt_ids[at:at + 5]}, server {server_prompt[at:at + 5]})")
-        if completion_ids != server_completion:
+            at = _first_difference(list(prompt_ids), server_prompt)
+            report.examples.append(f"{ids[i]}: prompt differs at token {at} "
+                                   f"(local {list(prompt_ids)[at:at + 5]}, server {server_prompt[at:at + 5]})")
+        if list(completion_ids) != server_completion:
             report.completion_mismatches += 1
     return report

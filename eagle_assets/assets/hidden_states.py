@@ -16,6 +16,7 @@ from eagle_assets.backends import ExtractionRequest
 from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, relative_path
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
+from eagle_assets.tokenization import list_rows
 
 CODE_VERSION = "hidden_states-1"
 INDEX_FILE = "index.parquet"
@@ -130,7 +131,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         folder = storage.path("hidden_states", partition)
         stale = remove_stale_temporaries(folder / TENSORS_DIR) if (folder / TENSORS_DIR).exists() else 0
 
-        input_ids = rows["input_ids"].to_pylist()
+        input_ids = list_rows(rows["input_ids"])
         cids = [content_id(ids, identity, layer_ids) for ids in input_ids]
         todo: dict[str, int] = {}  # content id -> first row holding it (identical rows share one file)
         for row, cid in enumerate(cids):

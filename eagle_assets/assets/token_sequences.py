@@ -114,7 +114,6 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                     "verifier_identity": verifier.identity(), "template_hash": template_hash(tokenizer),
                     "drift": drift.metadata(), "content_hash": version}, folder / REPORT_FILE)
         seq_lens = table["seq_len"].to_pylist()
-        supervised = sum(int(m.sum()) for m in (r["loss_mask"] for r in built.rows))
         origins = table["origin"].to_pylist()
         elapsed = time.monotonic() - started
         context.log.info(
@@ -130,7 +129,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "dagster/row_count": table.num_rows,
                 "samples": samples.num_rows,
                 "tokens": sum(seq_lens),
-                "supervised_tokens": supervised,
+                "supervised_tokens": built.supervised_tokens,
                 "max_seq_len": max(seq_lens, default=0),
                 "mean_seq_len": sum(seq_lens) / len(seq_lens) if seq_lens else 0.0,
                 "server_tokens_rows": origins.count("server_tokens"),
