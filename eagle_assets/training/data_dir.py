@@ -178,6 +178,9 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
     missing = pc.is_null(rows["content_id"])
     skipped_missing = int(pc.sum(missing).as_py() or 0)
     rows = rows.filter(pc.invert(missing))
+    if skipped_missing and log:
+        log.warning(f"{skipped_missing} train rows of {partitions} have no hidden states yet and are left out: "
+                    "materialize hidden_states for them to train on everything")
     _check_rows(rows)
     supervised = pa.array(_per_row_sum(rows["loss_mask"]), pa.int64())
     rows = rows.append_column("supervised_tokens", supervised)

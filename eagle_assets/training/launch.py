@@ -145,7 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         speculators_main(TrainConfig.resolve(speculators_argv))
     except EarlyStop as stop:
+        from speculators.train.distributed import maybe_destroy_distributed
+
         logging.getLogger("eagle_assets.training").info("early stop: %s", stop)
+        maybe_destroy_distributed()
 
 
 if __name__ == "__main__":
