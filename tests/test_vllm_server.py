@@ -42,9 +42,16 @@ def test_command_binds_localhost_and_never_carries_the_api_key(monkeypatch):
     assert not any("s3cret" in arg for arg in argv)
     assert server.api_key() == "s3cret-key"
     # The key is part of the identity (a server with another key cannot be attached to) only as a hash.
-    with_key = server.fingerprint(argv)
+    with_key = server.fingerprint(argv, server.launch_env())
     monkeypatch.delenv("MY_VLLM_KEY")
-    assert server.fingerprint(argv) != with_key and server.api_key() is None
+    assert server.fingerprint(argv, server.launch_env()) != with_key and server.api_key() is None
+
+
+def test_the_embedded_verifier_gets_a_small_cpu_kv_cache_unless_one_is_set(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert VLLMServer().launch_env() == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert VLLMServer(env={"VLLM_CPU_KVCACHE_SPACE": "4"}).launch_env() == {"VLLM_CPU_KVCACHE_SPACE": "4"}
+    assert VLLMServer(model="/models/big").launch_env() == {}
 
 
 def test_kimi_preset_is_tensor_parallel_8_with_its_reasoning_parser():
