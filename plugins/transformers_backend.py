@@ -141,18 +141,18 @@ class HiddenStateExtractor:
         lock = threading.Lock()
         pool = ThreadPoolExecutor(self.writer_threads, thread_name_prefix="hidden-states-writer")
 
-        def write(host, ready, rows, views, remaining):
+        def write(host, ready, sample_view, i, remaining):
+            """One sample to the sink; the batch's last sample returns ``host`` to the pool."""
             try:
                 if ready is not None:
                     ready.synchronize()
-                for b, i in rows:
-                    key, ids = sequences[i]
-                    sink(SampleTensors(key, views[b][: lengths[i]], torch.as_tensor(np.asarray(ids), dtype=torch.int64)))
-                    with lock:
-                        counts["samples"] += 1
-                        counts["tokens"] += lengths[i]
-                        if progress is not None:
-                            progress(counts["samples"], counts["tokens"])
+                key, ids = sequences[i]
+                sink(SampleTensors(key, sample_view[: lengths[i]], torch.as_tensor(np.asarray(ids), dtype=torch.int64)))
+                with lock:
+                    counts["samples"] += 1
+                    counts["tokens"] += lengths[i]
+                    if progress is not None:
+                        progress(counts["samples"], counts["tokens"])
             except BaseException as exc:  # surfaced on the main thread after the pool drains
                 errors.append(exc)
             finally:
@@ -192,10 +192,9 @@ class HiddenStateExtractor:
                     else:
                         host_view.copy_(capture)
                     # One task per sample so slow writes run in parallel; the last one frees ``host``.
-                    rows = list(enumerate(batch))
-                    remaining = [len(rows)]
-                    for row in rows:
-                        pool.submit(write, host, ready, [row], host_view, remaining)
+                    remaining = [len(batch)]
+                    for b, i in enumerate(batch):
+                        pool.submit(write, host, ready, host_view[b], i, remaining)
         finally:
             pool.shutdown(wait=True)
             for handle in handles:
