@@ -68,7 +68,7 @@ def demo(
     import dagster as dg
 
     from eagle_assets.definitions import build_definitions
-    from eagle_assets.demo import run_demo, summarize
+    from eagle_assets.demo import outcome, run_demo, summarize
 
     def report(result) -> None:
         typer.echo(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
@@ -81,8 +81,10 @@ def demo(
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None
-    if not all(r.success for r in results):
-        raise typer.Exit(1)
+        if not all(r.success for r in results):
+            raise typer.Exit(1)
+        for line in outcome(instance):
+            typer.echo(line)
     typer.echo("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
 
 

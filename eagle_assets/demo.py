@@ -80,3 +80,29 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
         error = event.step_failure_data.error
         lines.append(f"STEP FAILED {event.step_key}: {error.message.strip() if error else ''}")
     return lines
+
+
+def outcome(instance: dg.DagsterInstance) -> list[str]:
+    """The demo's last lines: ``checkpoint=<path>``, ``acceptance_length=<τ>`` and the lineage summary,
+    from the latest checkpoint and evaluation materializations (empty when the graph has neither)."""
+    from eagle_assets.lineage import LineageError, read_lineage, summary_lines
+
+    checkpoint = instance.get_latest_materialization_event(dg.AssetKey("eagle3_checkpoint"))
+    if checkpoint is None:
+        return []
+    path = checkpoint.asset_materialization.metadata["path"].value
+    lines = [f"checkpoint={path}"]
+    evaluation = instance.get_latest_materialization_event(dg.AssetKey("eagle3_eval"))
+    if evaluation is not None:
+        meta = evaluation.asset_materialization.metadata
+        k = meta["num_speculative_tokens"].value
+        per_position = " / ".join(f"{meta[f'acceptance_pos_{i}'].value:.3f}" for i in range(1, k + 1))
+        detail = f"vLLM, greedy, K={k}, {meta['prompts_evaluated'].value} held-out prompts; per position {per_position}"
+        if "simulated_acceptance_length" in meta:
+            detail += f"; simulated {meta['simulated_acceptance_length'].value:.3f}"
+        lines += [f"acceptance_length={meta['acceptance_length'].value:.3f}", f"  ({detail})"]
+    try:
+        lines += ["lineage:", *summary_lines(read_lineage(path), path)]
+    except LineageError as exc:
+        lines.append(f"lineage: {exc}")
+    return lines
