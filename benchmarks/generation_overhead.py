@@ -4,7 +4,9 @@ Both send the same prompts (the demo source) to the same real vLLM
 server, ``--concurrency`` in flight; they run alternately, ``--repeats`` times each, so drift in
 the machine's load hits both. The asset path is :func:`eagle_assets.generation.capture.capture`
 (engine + Parquet shards + progress), exactly what the asset runs. Throughput is output tokens per
-second of wall time; the ratio is median(asset) / median(bare).
+second of wall time; the ratio is median(asset) / median(bare). The client's own CPU seconds per
+1000 output tokens are printed too: on a shared machine they show the overhead without the server's
+noise.
 
     python benchmarks/generation_overhead.py                      # starts the tiny verifier (managed)
     python benchmarks/generation_overhead.py --base-url http://127.0.0.1:8000/v1   # an existing server
@@ -78,31 +80,36 @@ def main() -> None:
     with server.serve(log=_Print()) as base_urls, tempfile.TemporaryDirectory() as tmp:
         model = openai.OpenAI(base_url=base_urls[0], api_key="EMPTY").models.list().data[0].id
 
-        def run_bare() -> float:
-            started = time.perf_counter()
-            tokens = asyncio.run(bare_loop(base_urls[0], model, requests, sampling, args.concurrency))
-            return tokens / (time.perf_counter() - started)
+        def run_bare() -> int:
+            return asyncio.run(bare_loop(base_urls[0], model, requests, sampling, args.concurrency))
 
-        def run_asset(i: int) -> float:
-            started = time.perf_counter()
+        def run_asset(i: int) -> int:
             report = capture(base_urls, requests, Path(tmp) / f"run{i}", sampling, settings, log=lambda _: None)
             assert report.progress.errors == 0, f"{report.progress.errors} errors in the asset run"
-            return report.progress.completion_tokens / (time.perf_counter() - started)
+            return report.progress.completion_tokens
 
         run_bare()  # warm-up: server caches and connection setup count for neither side
-        bare, asset = [], []
+        rates: dict[str, list[float]] = {"bare": [], "asset": []}
+        cpu: dict[str, list[float]] = {"bare": [], "asset": []}
         for i in range(args.repeats):
             order = (("bare", run_bare), ("asset", lambda: run_asset(i)))
             for name, fn in order if i % 2 == 0 else order[::-1]:
-                rate = fn()
-                (bare if name == "bare" else asset).append(rate)
-                print(f"repeat {i} {name:5s}: {rate:8.0f} output tok/s", flush=True)
+                wall, cpu0 = time.perf_counter(), time.process_time()
+                tokens = fn()
+                wall, cpu_s = time.perf_counter() - wall, time.process_time() - cpu0
+                rates[name].append(tokens / wall)
+                cpu[name].append(1000 * cpu_s / tokens)
+                print(f"repeat {i} {name:5s}: {tokens / wall:8.0f} output tok/s, "
+                      f"client CPU {1000 * cpu_s / tokens:.3f} s per 1000 tokens", flush=True)
 
     print(f"prompts={len(requests)} concurrency={args.concurrency} max_tokens={args.max_tokens} "
           f"repeats={args.repeats}")
-    print(f"bare  median {statistics.median(bare):8.0f} tok/s  runs {[round(r) for r in bare]}")
-    print(f"asset median {statistics.median(asset):8.0f} tok/s  runs {[round(r) for r in asset]}")
-    print(f"generation_overhead_ratio={statistics.median(asset) / statistics.median(bare):.3f}")
+    for name in ("bare", "asset"):
+        print(f"{name:5s} median {statistics.median(rates[name]):8.0f} tok/s, client CPU "
+              f"{statistics.median(cpu[name]):.3f} s/1000 tok; runs {[round(r) for r in rates[name]]}")
+    paired = [a / b for a, b in zip(rates["asset"], rates["bare"])]
+    print(f"paired ratios (same repeat) {[round(r, 3) for r in paired]}, median {statistics.median(paired):.3f}")
+    print(f"generation_overhead_ratio={statistics.median(rates['asset']) / statistics.median(rates['bare']):.3f}")
 
 
 class _Print:
