@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -413,6 +414,8 @@ class VLLMServer(dg.ConfigurableResource):
         proc.wait()
 
     def _systemctl(self, *args: str) -> subprocess.CompletedProcess:
+        if shutil.which("systemctl") is None:
+            raise VLLMServerError("vllm_server mode 'systemd' needs systemctl, which is not on PATH here.")
         argv = ["systemctl", *(["--user"] if self.systemd_user else []), *args]
         return subprocess.run(argv, capture_output=True, text=True)
 
@@ -427,8 +430,9 @@ class VLLMServer(dg.ConfigurableResource):
             if started.returncode != 0:
                 raise VLLMServerError(f"`systemctl start {unit}` failed: {started.stderr.strip()}")
         journal = ["journalctl", *(["--user"] if self.systemd_user else []), "-u", unit, "-f", "-n", "0", "-o", "cat"]
-        follower = _CommandFollower(journal, log.info)
-        follower.start()
+        follower = _CommandFollower(journal, log.info) if shutil.which("journalctl") else None
+        if follower is not None:
+            follower.start()
 
         def alive() -> str | None:
             state = self._systemctl("is-active", unit).stdout.strip()
@@ -444,4 +448,5 @@ class VLLMServer(dg.ConfigurableResource):
             if not was_active and not self.keep_alive:
                 log.info(f"vLLM server: systemctl stop {unit}")
                 self._systemctl("stop", unit)
-            follower.stop()
+            if follower is not None:
+                follower.stop()
