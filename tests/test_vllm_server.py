@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 
 import httpx
@@ -118,4 +119,12 @@ def test_another_configuration_on_a_running_servers_port_is_refused(vllm_server_
     other = vllm_server_config.model_copy(update={"max_num_seqs": 8})
     with pytest.raises(VLLMServerError, match="different configuration"):
         with other.serve(log=Lines()):
+            pass
+
+
+@pytest.mark.skipif(shutil.which("systemctl") is None, reason="needs systemctl")
+def test_systemd_mode_reports_a_unit_that_cannot_start():
+    server = VLLMServer(mode="systemd", systemd_unit="eagle-assets-no-such-unit.service", startup_timeout_s=5)
+    with pytest.raises(VLLMServerError, match="systemctl start eagle-assets-no-such-unit.service` failed"):
+        with server.serve(log=Lines()):
             pass
