@@ -44,8 +44,9 @@ def write_token_sequences(storage_root, tiny_verifier, prompts: int, steps: int)
 
 
 def materialize_hidden_states(storage_root, verifier, config=None):
+    built = hs_family.build(source_partitions())
     return dg.materialize(
-        hs_family.build(source_partitions())["assets"], partition_key=PARTITION,
+        built["assets"] + built["checks"], partition_key=PARTITION,
         resources={"storage": storage_root, "verifier": verifier},
         run_config={"ops": {"hidden_states": {"config": config}}} if config else None,
         raise_on_error=False,
@@ -108,9 +109,29 @@ def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root
     check_hidden_states(loaded, by_id[first["prompt_id"]]["input_ids"])
     assert torch.equal(loaded["token_ids"], torch.tensor(by_id[first["prompt_id"]]["input_ids"], dtype=torch.int32))
 
+    [check] = result.get_asset_check_evaluations()
+    assert check.passed and check.metadata["checked"].value == min(16, index.num_rows)
+
     again = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=400))
     assert again.success and metadata(again)["files_written"] == 0
     assert metadata(again)["files_reused"] == meta["files"]
+
+
+def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifier):
+    write_token_sequences(storage_root, tiny_verifier, prompts=3, steps=1)
+    assert materialize_hidden_states(storage_root, verifier_for(tiny_verifier)).success
+    entry = pq.read_table(folder(storage_root) / "index.parquet").to_pylist()[0]
+    path = folder(storage_root) / entry["file"]
+    stored = load_sample(path)
+    stored["hidden_states"][0, 0, 0] += 1  # a silent edit after indexing
+    from safetensors.torch import save_file
+
+    save_file(stored, str(path))
+    # The re-run reuses the file (same content id) and the check re-hashes it against the index.
+    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier))
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed and check.metadata["problems"].value == 1
+    assert "changed since it was indexed" in check.metadata["examples"].value
 
 
 KILLED_RUN = """

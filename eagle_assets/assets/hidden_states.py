@@ -2,18 +2,20 @@
 one content-addressed safetensors file per distinct row, in speculators' on-disk format."""
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import random
 import shutil
 import time
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
 from eagle_assets.assets.token_sequences import FILE_NAME as SEQUENCES_FILE
 from eagle_assets.backends import ExtractionRequest
-from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, relative_path
+from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, load_sample, relative_path
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
 from eagle_assets.tokenization import list_rows
@@ -25,6 +27,7 @@ LOG_EVERY_S = 5.0
 GB = 1e9
 # safetensors header + token ids: small next to the states, but counted so tiny models budget right.
 FILE_OVERHEAD_BYTES = 512
+CHECK_SAMPLE = 16
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -197,4 +200,35 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             data_version=dg.DataVersion(combined_hash(f"{c}:{hashes[c]}" for c in sorted(set(cids)))[:16]),
         )
 
-    return {"assets": [hidden_states]}
+    @dg.asset_check(
+        asset=hidden_states,
+        name="files_match_rows",
+        partitions_def=partitions,
+        additional_deps=["token_sequences"],
+        description="A random sample of indexed files still has its recorded sha256 and holds exactly its "
+        "row's token ids (what speculators compares before training).",
+    )
+    def files_match_rows(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
+        partition = context.partition_key
+        folder = storage.path("hidden_states", partition)
+        index = pq.read_table(folder / INDEX_FILE).to_pylist()
+        rows = pq.read_table(storage.path("token_sequences", partition) / SEQUENCES_FILE, columns=["prompt_id", "input_ids"])
+        tokens = dict(zip(rows["prompt_id"].to_pylist(), list_rows(rows["input_ids"])))
+        problems = []
+        for entry in random.Random(0).sample(index, min(CHECK_SAMPLE, len(index))):
+            path = folder / entry["file"]
+            if not path.exists():
+                problems.append(f"{entry['file']} ({entry['prompt_id']}) is missing")
+            elif file_sha256(path) != entry["sha256"]:
+                problems.append(f"{entry['file']} ({entry['prompt_id']}) changed since it was indexed")
+            elif load_sample(path)["token_ids"].tolist() != tokens.get(entry["prompt_id"], np.zeros(0)).tolist():
+                problems.append(f"{entry['file']} holds other tokens than row {entry['prompt_id']} of token_sequences")
+        return dg.AssetCheckResult(
+            passed=not problems,
+            metadata={"checked": min(CHECK_SAMPLE, len(index)), "problems": len(problems),
+                      "examples": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:10]) or "none")},
+            description="re-materialize hidden_states (it re-extracts missing files; delete changed ones first)"
+            if problems else None,
+        )
+
+    return {"assets": [hidden_states], "checks": [files_match_rows]}
