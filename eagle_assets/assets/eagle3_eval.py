@@ -12,19 +12,23 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
-from eagle_assets.storage import combined_hash, write_json
+from eagle_assets.storage import combined_hash, write_json, write_parquet
 
 ASSET = "eagle3_eval"
 CHECKPOINT_ASSET = "eagle3_checkpoint"
 HELDOUT_SPLIT = "heldout"
 REPORT_FILE = "report.json"
+OUTPUTS_FILE = "greedy_outputs.parquet"
 # Bump when the same checkpoint and settings would be measured differently.
 CODE_VERSION = "eagle3_eval-1"
+OUTPUTS_SCHEMA = pa.schema([("prompt_id", pa.string()), ("prompt_token_ids", pa.list_(pa.int32())),
+                            ("token_ids", pa.list_(pa.int32())), ("finish_reason", pa.string())])
 
 
 class Eagle3EvalConfig(dg.Config):
@@ -139,6 +143,11 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         }
         folder = storage.path(ASSET) / checkpoint.name
         write_json(report, folder / REPORT_FILE)
+        # The verifier's greedy outputs the numbers were measured on (re-simulate other drafts on them).
+        write_parquet(pa.Table.from_pylist(
+            [{"prompt_id": r["prompt_id"], "prompt_token_ids": r["prompt_token_ids"], "token_ids": r["token_ids"],
+              "finish_reason": r["finish_reason"]} for r in result.served.ok_rows],
+            schema=OUTPUTS_SCHEMA), folder / OUTPUTS_FILE)
         version = combined_hash([checkpoint.name, json.dumps(numbers, sort_keys=True)])[:16]
         return dg.MaterializeResult(
             metadata={
@@ -146,6 +155,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "min_acceptance_length": config.min_acceptance_length,
                 "checkpoint": dg.MetadataValue.path(str(checkpoint)),
                 "report": dg.MetadataValue.path(str(folder / REPORT_FILE)),
+                "greedy_outputs": dg.MetadataValue.path(str(folder / OUTPUTS_FILE)),
                 "partitions": ", ".join(chosen),
             },
             data_version=dg.DataVersion(version),
