@@ -14,9 +14,10 @@ speculators 0.9.0 assumes a CUDA-like accelerator in five places (read in its so
 It also caps torch's intra-op threads (``cpu_threads``): OpenMP threads that share busy cores with
 other processes spin at every barrier, and a small draft's matrices gain nothing from them.
 
-(1), (2) and (5) are patched here, in the training process only, and only when CUDA is absent;
-(3) and (4) are ordinary training flags, returned by :func:`cpu_train_flags`. On a GPU host
-nothing here runs and speculators trains unchanged.
+(1), (2) and (5) are patched here, in the training process only, and only when CUDA is absent.
+(3) and (4) are ordinary speculators flags that :mod:`~eagle_assets.training.runner` passes
+(``attention_impl: auto`` resolves to ``sdpa`` on CPU; the eager loss is used everywhere). On a GPU
+host nothing here runs and speculators trains unchanged.
 """
 
 from __future__ import annotations
@@ -28,11 +29,6 @@ def needs_cpu_adaptations() -> bool:
     import torch
 
     return not torch.cuda.is_available()
-
-
-def cpu_train_flags() -> dict[str, str]:
-    """speculators flags that select CPU-capable kernels (adaptations 3 and 4)."""
-    return {"draft_attn_impl": "sdpa", "loss_implementation": "eager"}
 
 
 def apply_cpu_adaptations(threads: int) -> None:

@@ -59,8 +59,6 @@ def _mask_token_id(verifier_path: str) -> int:
 def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: DraftVocab,
                       verifier_path: str, save_path: Path, on_cpu: bool) -> list[str]:
     """The ``speculators train`` flags for this run."""
-    from eagle_assets.training.cpu import cpu_train_flags
-
     attention = settings.attention_impl
     if attention == "auto":
         attention = "sdpa" if on_cpu else "simple_flex_attention"
@@ -81,7 +79,7 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         "t2d_path": str(vocab.t2d_path),
         "total_seq_len": settings.total_seq_len,
         "draft_attn_impl": attention,
-        # The fused Triton loss fails under torch.compile on the H200 image (FIELD_NOTES) and has no CPU kernel.
+        # The fused Triton loss has no CPU kernel and fails under torch.compile on the H200 image.
         "loss_implementation": "eager",
         "seed": settings.seed,
         "train_data_ratio": round(1.0 - settings.validation_fraction, 6),
@@ -89,8 +87,6 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         "on_missing": "raise",  # every row has its hidden states; never ask a vLLM server for more
         "log_freq": settings.log_every_steps,
     }
-    if on_cpu:
-        flags.update({k: v for k, v in cpu_train_flags().items() if k != "draft_attn_impl"})
     workers = settings.dataloader_workers
     if workers is None and on_cpu:
         workers = 0  # spawned loader processes cost more than they save on a small CPU host
