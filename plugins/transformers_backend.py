@@ -147,7 +147,7 @@ class HiddenStateExtractor:
                 if ready is not None:
                     ready.synchronize()
                 key, ids = sequences[i]
-                sink(SampleTensors(key, sample_view[: lengths[i]], torch.as_tensor(np.asarray(ids), dtype=torch.int64)))
+                sink(SampleTensors(key, sample_view[: lengths[i]], torch.from_numpy(np.array(ids, dtype=np.int64))))
                 with lock:
                     counts["samples"] += 1
                     counts["tokens"] += lengths[i]
@@ -173,7 +173,7 @@ class HiddenStateExtractor:
                         torch.cuda.current_stream(self.device).wait_event(copy_done[slot])
                     ids = torch.zeros((len(batch), width), dtype=torch.long)
                     for b, i in enumerate(batch):
-                        ids[b, : lengths[i]] = torch.as_tensor(np.asarray(sequences[i][1]), dtype=torch.long)
+                        ids[b, : lengths[i]] = torch.from_numpy(np.array(sequences[i][1], dtype=np.int64))
                     ids = ids.pin_memory().to(self.device, non_blocking=True) if self.cuda else ids
                     self._target = capture
                     self.model(input_ids=ids, use_cache=False)
