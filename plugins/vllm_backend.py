@@ -33,6 +33,8 @@ class VLLMBackend(VerifierBackend):
 
     tensor_parallel_size: int = 8
     max_model_len: int = 32768
+    # Sequences per generate() call: enough to keep the engine's batch full, bounded temporary disk.
+    chunk_size: int = 512
 
     def speculative_config(self, layer_ids) -> dict:
         return {
@@ -107,23 +109,27 @@ class VLLMBackend(VerifierBackend):
         return SampleTensors(key, states.to(torch.bfloat16), token_ids)
 
     def extract(self, model_path, request: ExtractionRequest, sink: Sink, progress=None) -> None:
-        """One offline engine, every sequence as a ``max_tokens=1`` prompt of exact token ids."""
+        """One offline engine; sequences go in chunks as ``max_tokens=1`` prompts of exact token ids,
+        and each chunk's connector files are handed to the sink and deleted before the next chunk
+        (so the temporary copies never hold more than one chunk on disk)."""
         from vllm import LLM, SamplingParams
 
         num_layers, hidden = len(request.layer_ids), self.hidden_size(model_path)
+        done = tokens = 0
         with tempfile.TemporaryDirectory(prefix="vllm-hidden-states-") as storage:
             llm = LLM(**self.engine_kwargs(model_path, request.layer_ids, storage))
-            prompts = [{"prompt_token_ids": list(map(int, ids))} for _, ids in request.sequences]
-            outputs = llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)
-            tokens = 0
-            for done, ((key, ids), out) in enumerate(zip(request.sequences, outputs, strict=True), start=1):
-                path = (out.kv_transfer_params or {}).get("hidden_states_path")
-                if path is None:
-                    raise RuntimeError(f"vLLM returned no hidden_states_path for {key!r}: is the KV connector configured?")
-                sink(self.read_connector_file(path, key, ids, num_layers, hidden))
-                tokens += len(ids)
-                if progress is not None:
-                    progress(done, tokens)
+            for start in range(0, len(request.sequences), self.chunk_size):
+                chunk = request.sequences[start:start + self.chunk_size]
+                prompts = [{"prompt_token_ids": [int(t) for t in ids]} for _, ids in chunk]
+                outputs = llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)
+                for (key, ids), out in zip(chunk, outputs, strict=True):
+                    path = (out.kv_transfer_params or {}).get("hidden_states_path")
+                    if path is None:
+                        raise RuntimeError(f"vLLM returned no hidden_states_path for {key!r}: is the KV connector configured?")
+                    sink(self.read_connector_file(path, key, ids, num_layers, hidden))
+                    done, tokens = done + 1, tokens + len(ids)
+                    if progress is not None:
+                        progress(done, tokens)
 
 
 VLLM_BACKEND = VLLMBackend(
