@@ -9,10 +9,12 @@ vLLM 0.32's hidden-states connector does not support MLA verifiers.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from eagle_assets import hookimpl
-from eagle_assets.plugins.transformers_backend import TransformersBackend
+from eagle_assets.plugins.transformers_backend import TransformersBackend, resolve_device, resolve_dtype
 
 
 @dataclass
@@ -23,9 +25,6 @@ class KimiBackend(TransformersBackend):
     def text_config(self, model_path):
         """The nested decoder config, read from config.json itself so a missing remote-code class
         (or an old transformers) never stops the pipeline from learning the verifier's shape."""
-        import json
-        from pathlib import Path
-
         from transformers import PretrainedConfig
 
         raw = json.loads((Path(model_path) / "config.json").read_text())
@@ -37,8 +36,6 @@ class KimiBackend(TransformersBackend):
     def load_model(self, model_path, device: str = "auto", dtype: str = "auto"):
         """Spread over every visible GPU (~595 GB: no single GPU holds it)."""
         from transformers import AutoModel
-
-        from eagle_assets.plugins.transformers_backend import resolve_device, resolve_dtype
 
         device = resolve_device(device)
         model = AutoModel.from_pretrained(
