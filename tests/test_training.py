@@ -125,6 +125,7 @@ TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "validati
             "log_every_steps": 1}
 
 
+@pytest.mark.integration
 def test_checkpoint_asset_trains_on_cpu_and_passes_checks(features, tmp_path):
     """Two epochs on CPU through dg.materialize; the kept checkpoint loads in speculators; checks pass."""
     from eagle_assets.training.checkpoint import load_with_speculators
@@ -163,6 +164,7 @@ def test_checkpoint_asset_trains_on_cpu_and_passes_checks(features, tmp_path):
     assert "aux layer ids [1, 2, 3] differ" in evaluations["matches_verifier"].metadata["problems"].value
 
 
+@pytest.mark.integration
 def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, tmp_path):
     """verifier_mismatches names each disagreement; run on a checkpoint produced by the asset."""
     root = _copy_storage(features[0], tmp_path / "storage")
