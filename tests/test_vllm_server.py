@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -128,3 +131,16 @@ def test_systemd_mode_reports_a_unit_that_cannot_start():
     with pytest.raises(VLLMServerError, match="systemctl start eagle-assets-no-such-unit.service` failed"):
         with server.serve(log=Lines()):
             pass
+
+
+def test_stop_escalates_to_sigkill_when_sigterm_is_ignored():
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print('up', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    assert stubborn.stdout.readline().strip() == "up"
+    log = Lines()
+    VLLMServer(stop_grace_s=1)._stop(stubborn, log)
+    assert stubborn.returncode == -signal.SIGKILL
+    assert "ignored SIGTERM" in log.text()
