@@ -110,6 +110,9 @@ class VerifierBackend:
     trust_remote_code: bool = False
     # The assistant-message field the chat template reads the thinking from.
     reasoning_field: str = "reasoning_content"
+    # True when extraction loads the whole verifier on the one device it is given, so the
+    # ``hidden_states`` asset may run one worker process per GPU (``Verifier.devices``).
+    data_parallel: bool = False
 
     # ---- configuration -------------------------------------------------------------------------
     def load_config(self, model_path: str | Path):

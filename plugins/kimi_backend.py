@@ -22,6 +22,8 @@ class KimiBackend(TransformersBackend):
     """Transformers extraction with Kimi's nesting, parser and remote code. The default aux layers
     for its 61 layers come out as EAGLE-3's [2, 30, 58]."""
 
+    data_parallel: bool = False  # one process: the model is spread over every GPU (device_map)
+
     def text_config(self, model_path):
         """The nested decoder config, read from config.json itself so a missing remote-code class
         (or an old transformers) never stops the pipeline from learning the verifier's shape."""

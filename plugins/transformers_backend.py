@@ -206,7 +206,9 @@ class HiddenStateExtractor:
 
 @dataclass
 class TransformersBackend(VerifierBackend):
-    """Hugging Face transformers on CPU or one GPU (the default; the embedded tiny verifier uses it)."""
+    """Hugging Face transformers on CPU or one GPU per worker (the default; the embedded tiny verifier uses it)."""
+
+    data_parallel: bool = True
 
     def load_model(self, model_path: str | Path, device: str = "auto", dtype: str = "auto"):
         """The decoder without its LM head (extraction needs no logits)."""

@@ -32,6 +32,14 @@ class Verifier(dg.ConfigurableResource):
         "backend's default, [2, n//2, n-3] for most models. The final layer is always added.",
     )
     device: str = Field(default="auto", description="Extraction device: auto (cuda if present), cuda, cuda:1, cpu.")
+    devices: list[str] = Field(
+        default_factory=lambda: ["auto"],
+        description="Extraction worker processes, one per entry, each with a whole copy of the verifier "
+        "(data parallel; transformers backend): ['auto'] = one per visible CUDA GPU when `device` is auto "
+        "or cuda and there are several, else one in-process extraction on `device`; or explicit, e.g. "
+        "['cuda:0', 'cuda:1'] or ['cpu', 'cpu']. A verifier too large for one GPU needs a backend that "
+        "spreads it with device_map (kimi) instead.",
+    )
     dtype: str = Field(default="auto", description="Compute dtype: auto (bf16 on GPU, fp32 on CPU), bfloat16, float32.")
     batch_tokens: int = Field(
         default=16384, gt=0,
@@ -59,6 +67,12 @@ class Verifier(dg.ConfigurableResource):
     def layer_ids(self) -> list[int]:
         """Aux ids (configured or default) followed by the final layer id."""
         return self.get_backend().capture_layer_ids(self.resolved_model_path(), self.aux_layer_ids or None)
+
+    def extraction_devices(self) -> list[str]:
+        """The device of each extraction worker (see ``devices``)."""
+        from eagle_assets.parallel_extraction import resolve_devices
+
+        return resolve_devices(self.devices, self.device, self.get_backend())
 
     def identity(self) -> str:
         return self.get_backend().identity(self.resolved_model_path())

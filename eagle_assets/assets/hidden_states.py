@@ -16,6 +16,7 @@ from pydantic import Field
 from eagle_assets.assets.token_sequences import FILE_NAME as SEQUENCES_FILE
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, load_sample, relative_path
+from eagle_assets.parallel_extraction import extract_on_devices
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
 from eagle_assets.tokenization import list_rows
@@ -129,6 +130,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             keep = [s in config.splits for s in rows["split"].to_pylist()]
             rows = rows.filter(pa.array(keep))
         backend, model_path = verifier.get_backend(), verifier.resolved_model_path()
+        try:
+            devices = verifier.extraction_devices()
+        except ValueError as err:
+            raise dg.Failure(description=str(err)) from err
         layer_ids = backend.capture_layer_ids(model_path, verifier.aux_layer_ids or None)
         hidden_size, identity = backend.hidden_size(model_path), backend.identity(model_path)
         folder = storage.path("hidden_states", partition)
@@ -145,7 +150,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         estimate = check_disk_budget(folder, todo_tokens, len(todo), per_token, config.disk_headroom_gb)
         context.log.info(
             f"{partition}: {rows.num_rows} rows, {len(set(cids))} distinct, {len(todo)} to extract "
-            f"({todo_tokens} tokens, ~{estimate / GB:.2f} GB) with backend {backend.name!r}, layers {layer_ids}; "
+            f"({todo_tokens} tokens, ~{estimate / GB:.2f} GB) with backend {backend.name!r} on {devices}, "
+            f"layers {layer_ids}; "
             f"{stale} stale temporaries removed"
         )
 
@@ -156,7 +162,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 sequences=[((row, cid), input_ids[row]) for cid, row in todo.items()], layer_ids=layer_ids,
                 device=verifier.device, dtype=verifier.dtype, batch_tokens=verifier.batch_tokens,
             )
-            backend.extract(model_path, request, writer, _Progress(context.log, len(todo), todo_tokens))
+            extract_on_devices(backend, model_path, request, devices, writer,
+                               _Progress(context.log, len(todo), todo_tokens), log=context.log)
         elapsed = time.monotonic() - started
 
         hashes = _previous_hashes(folder)
@@ -194,6 +201,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "layer_ids": dg.MetadataValue.json(layer_ids),
                 "hidden_size": hidden_size,
                 "backend": backend.name,
+                "extraction_workers": len(devices),
                 "verifier_identity": identity,
                 "path": dg.MetadataValue.path(str(folder)),
             },

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -24,6 +25,9 @@ from eagle_assets.training.settings import TrainingSettings
 from eagle_assets.training.vocab import DraftVocab
 
 DONE_FILE = "done.json"
+# NVLink multicast (NVLS) off unless the caller's environment says otherwise: a small draft's DDP
+# all-reduce does not need it, and on shared hosts a job using it can take the GPUs out of service.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
 class TrainingFailed(RuntimeError):
@@ -110,9 +114,14 @@ def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_a
     return [*head, "-m", "eagle_assets.training.launch", *own, "--", *speculators_argv]
 
 
+def process_env() -> dict[str, str]:
+    """The training process's environment: the caller's, multicast off by default, unbuffered output."""
+    return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+
+
 def run_streaming(command: list[str], log, cwd: Path) -> None:
     """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+    env = process_env()
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1, cwd=cwd, env=env)
