@@ -120,7 +120,7 @@ def main() -> None:
     print(f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
           flush=True)
 
-    settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len,
+    settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
                                 validation_fraction=0.1, early_stop_patience=0)
     runner.train(data, vocab, str(verifier), settings, work, log)
 
