@@ -154,10 +154,16 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage
 
 
 class FlakyProxy:
-    """A real HTTP proxy in front of the server: a prompt's first attempt gets a 503 or times out."""
+    """A real HTTP proxy in front of the server.
 
-    def __init__(self, upstream: str, stall_s: float):
+    With ``stall_s``, a third of the prompts get a 503 on their first attempt and a third get no
+    answer (a timeout); with ``die_after``, the proxy stops listening after that many completions,
+    as a server that dies mid-run does.
+    """
+
+    def __init__(self, upstream: str, stall_s: float | None = None, die_after: int | None = None):
         self.upstream = upstream.removesuffix("/v1")
+        self.relayed = 0
         self.attempts: Counter = Counter()
         self.injected: Counter = Counter()
         self.first_seen: dict[str, int] = {}
@@ -177,7 +183,8 @@ class FlakyProxy:
                 with proxy.lock:
                     proxy.attempts[prompt] += 1
                     order = proxy.first_seen.setdefault(prompt, len(proxy.first_seen))
-                    fault = ("503", "timeout", None)[order % 3] if proxy.attempts[prompt] == 1 else None
+                    first = proxy.attempts[prompt] == 1 and stall_s is not None
+                    fault = ("503", "timeout", None)[order % 3] if first else None
                     if fault:
                         proxy.injected[fault] += 1
                 if fault == "503":
@@ -187,6 +194,10 @@ class FlakyProxy:
                     return None
                 self.relay(httpx.post(proxy.upstream + self.path, content=body,
                                       headers={"content-type": "application/json"}, timeout=300))
+                with proxy.lock:
+                    proxy.relayed += 1
+                    if proxy.relayed == die_after:
+                        threading.Thread(target=proxy.close).start()  # not from the serving thread
 
             def relay(self, response: httpx.Response) -> None:
                 try:
@@ -221,6 +232,22 @@ def test_injected_5xx_and_timeouts_are_retried_to_success(storage_root, vllm_ser
     assert meta["ok"] == 12 and meta["errors"] == 0
     # Every injected fault cost a retry (a request slowed by a busy machine may add one more).
     assert meta["http_retries"] >= sum(proxy.injected.values())
+
+
+def test_a_server_dying_mid_run_keeps_finished_samples_and_the_next_run_completes(storage_root, vllm_server_urls):
+    proxy = FlakyProxy(vllm_server_urls[0], die_after=4)
+    result = materialize(storage_root, VLLMServer(mode="external", base_urls=[proxy.url]), concurrency=1,
+                         max_retries=1)
+    proxy.close()
+    meta = samples_metadata(result)
+    assert meta["ok"] == 4 and meta["errors"] == 8  # recorded with their reason, not dropped
+    samples = load_samples(storage_root.path("reasoning_samples", "demo"))
+    assert all("connection error" in r["error"] for r in samples.to_pylist() if r["status"] == "error")
+    assert not result.success  # the blocking error-rate gate
+
+    resumed = materialize(storage_root, VLLMServer(mode="external", base_urls=vllm_server_urls), with_prompts=False)
+    assert resumed.success, failure_message(resumed)
+    assert samples_metadata(resumed)["captured_this_run"] == 8 and samples_metadata(resumed)["ok"] == 12
 
 
 def test_an_unreachable_server_fails_the_step_with_the_url_and_keeps_prompts(storage_root):
