@@ -7,6 +7,7 @@ GPU hosts run the very same code with ``cuda:N`` devices.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 import pytest
 from test_hidden_states import folder, materialize_hidden_states, metadata, verifier_for, write_token_sequences
+from test_training import PARTITIONS, VOCAB, features  # noqa: F401  (features: the shared random-features fixture)
 
 from eagle_assets import hookimpl
 from eagle_assets.backends import ExtractionRequest
@@ -25,8 +27,12 @@ from eagle_assets.parallel_extraction import ExtractionWorkerFailed, extract_on_
 from eagle_assets.plugin_manager import pm, verifier_backend
 from eagle_assets.plugins.transformers_backend import TransformersBackend
 from eagle_assets.storage import file_sha256
+from eagle_assets.training import runner
+from eagle_assets.training.checkpoint import load_with_speculators
+from eagle_assets.training.data_dir import build_training_data
 from eagle_assets.training.runner import launch_command, process_env
 from eagle_assets.training.settings import TrainingSettings
+from eagle_assets.training.vocab import build_draft_vocab
 
 TWO_CPU_WORKERS = ["cpu", "cpu"]
 
@@ -206,3 +212,35 @@ def test_training_processes_run_with_nvlink_multicast_off_unless_told_otherwise(
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # an operator who wants it on gets it
     assert process_env()["NCCL_NVLS_ENABLE"] == "1"
+
+
+def test_more_training_processes_than_gpus_is_refused_with_the_setting_named(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    runner.check_process_count(2, on_cpu=False)
+    with pytest.raises(ValueError, match=r"num_processes=4 but this host shows 2 CUDA GPU\(s\)"):
+        runner.check_process_count(4, on_cpu=False)
+    runner.check_process_count(4, on_cpu=True)  # gloo on CPU: any count
+
+
+@pytest.mark.integration
+def test_two_training_processes_share_the_epoch_and_keep_one_loadable_checkpoint(features, tmp_path):  # noqa: F811
+    """torchrun with two ranks (DDP over gloo on CPU; NCCL on GPUs): each rank trains on its part of
+    every epoch, so an epoch takes fewer optimizer steps than in one process, and rank 0 keeps the
+    best checkpoint."""
+    root, verifier = features
+    log = logging.getLogger(__name__)
+    work = tmp_path / "work"
+    data = build_training_data(root, PARTITIONS, work, log=log)
+    vocab = build_draft_vocab(data.path, 64, VOCAB, log=log)
+    runs = {}
+    for processes in (1, 2):
+        settings = TrainingSettings(epochs=1, draft_vocab_size=64, total_seq_len=256, num_processes=processes,
+                                    early_stop_patience=0, log_every_steps=1)
+        runs[processes] = runner.train(data, vocab, str(verifier), settings, work, log)
+    assert runs[1].run_dir != runs[2].run_dir
+    assert runs[2].summary["epochs_run"] == 1 and runs[2].summary["val_loss"] > 0
+    assert 0 < runs[2].summary["train_steps"] < runs[1].summary["train_steps"]
+    model = load_with_speculators(runs[2].best_dir)
+    assert model.d2t.shape == (64,)

@@ -103,6 +103,17 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
     return argv
 
 
+def check_process_count(num_processes: int, on_cpu: bool) -> None:
+    """One training process per GPU: more processes than visible GPUs would share devices (or fail
+    inside torchrun with a CUDA error far from the setting). On CPU any count runs (gloo)."""
+    import torch
+
+    visible = torch.cuda.device_count()
+    if not on_cpu and num_processes > visible:
+        raise ValueError(f"num_processes={num_processes} but this host shows {visible} CUDA GPU(s): "
+                         f"set num_processes to at most {visible} (one training process per GPU)")
+
+
 def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_argv: list[str]) -> list[str]:
     own = ["--metrics-file", str(metrics_file), "--early-stop-patience", str(settings.early_stop_patience),
            "--cpu-threads", str(settings.cpu_threads)]
@@ -182,6 +193,7 @@ def train(data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: T
         return TrainingRun(run_dir, best_dir.resolve(), json.loads(done.read_text()))
     run_dir.mkdir(parents=True, exist_ok=True)
     on_cpu = needs_cpu_adaptations()
+    check_process_count(settings.num_processes, on_cpu)
     argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu)
     command = launch_command(settings, metrics_file, argv)
     log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")
