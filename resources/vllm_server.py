@@ -24,13 +24,9 @@ import json
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,10 +36,17 @@ import dagster as dg
 import httpx
 from pydantic import Field
 
+from eagle_assets.resources.server_process import (
+    VLLM_MODULE,
+    CommandFollower,
+    LogFollower,
+    pid_is_vllm,
+    port_in_use,
+    read_tail,
+    stop_process_group,
+)
 from eagle_assets.storage import write_json
 
-LOG_TAIL_LINES = 60
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
 
@@ -55,83 +58,6 @@ class VLLMServerError(RuntimeError):
 def default_state_dir() -> Path:
     cache = os.environ.get("EAGLE_ASSETS_CACHE") or str(Path.home() / ".cache" / "eagle-assets")
     return Path(cache) / "vllm-servers"
-
-
-def port_in_use(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def pid_is_vllm(pid: int) -> bool:
-    """Whether ``pid`` is alive and (where /proc exists) still a vLLM API server, not a reused pid."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        try:
-            return VLLM_MODULE.encode() in cmdline.read_bytes()
-        except OSError:
-            return False
-    return True
-
-
-def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, errors="replace") as fh:
-            return "".join(deque(fh, maxlen=lines))
-    except OSError:
-        return "(no server log)"
-
-
-class _LogFollower(threading.Thread):
-    """Copies new lines of the server's log file into the Dagster log until stopped."""
-
-    def __init__(self, path: Path, emit: Callable[[str], None], offset: int):
-        super().__init__(name=f"vllm-log:{path.name}", daemon=True)
-        self.path, self.emit, self.offset = path, emit, offset
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        partial = ""
-        with open(self.path, errors="replace") as fh:
-            fh.seek(self.offset)
-            while True:
-                chunk = fh.readline()
-                if chunk:
-                    partial += chunk
-                    if partial.endswith("\n"):
-                        self.emit(f"[vllm] {partial.rstrip()}")
-                        partial = ""
-                elif self._stop_event.wait(0.25):
-                    return
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=5)
-
-
-class _CommandFollower(threading.Thread):
-    """Copies a command's output lines (``journalctl -f``) into the Dagster log until stopped."""
-
-    def __init__(self, argv: list[str], emit: Callable[[str], None]):
-        super().__init__(name="vllm-journal", daemon=True)
-        self.emit = emit
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-
-    def run(self) -> None:
-        for line in self.proc.stdout:
-            self.emit(f"[vllm] {line.rstrip()}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.join(timeout=5)
 
 
 class VLLMServer(dg.ConfigurableResource):
@@ -349,7 +275,7 @@ class VLLMServer(dg.ConfigurableResource):
                 proc, owned, offset = self._launch(argv, env, fingerprint, state_path, log_path, log), True, 0
                 state = {"pid": proc.pid}
         log_path.touch()  # an attached server's log may have been cleaned away
-        follower = _LogFollower(log_path, log.info, offset)
+        follower = LogFollower(log_path, log.info, offset)
         follower.start()
         pid = state["pid"]
 
@@ -368,7 +294,7 @@ class VLLMServer(dg.ConfigurableResource):
             yield self._own_urls()
         finally:
             if owned and not self.keep_alive:
-                self._stop(proc, log)
+                stop_process_group(proc, self.stop_grace_s, log)
                 state_path.unlink(missing_ok=True)
             elif owned:
                 log.info(f"vLLM server: keep_alive, leaving pid {pid} running on port {self.port}")
@@ -398,21 +324,6 @@ class VLLMServer(dg.ConfigurableResource):
                     "started_at": time.time()}, state_path)
         return proc
 
-    def _stop(self, proc: subprocess.Popen, log) -> None:
-        if proc.poll() is not None:
-            return
-        log.info(f"vLLM server: stopping pid {proc.pid} (SIGTERM, SIGKILL after {self.stop_grace_s:g}s)")
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=self.stop_grace_s)
-        except subprocess.TimeoutExpired:
-            log.warning(f"vLLM server: pid {proc.pid} ignored SIGTERM for {self.stop_grace_s:g}s, sending SIGKILL")
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # also reaps worker processes left in the group
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
     def _systemctl(self, *args: str) -> subprocess.CompletedProcess:
         if shutil.which("systemctl") is None:
             raise VLLMServerError("vllm_server mode 'systemd' needs systemctl, which is not on PATH here.")
@@ -430,7 +341,7 @@ class VLLMServer(dg.ConfigurableResource):
             if started.returncode != 0:
                 raise VLLMServerError(f"`systemctl start {unit}` failed: {started.stderr.strip()}")
         journal = ["journalctl", *(["--user"] if self.systemd_user else []), "-u", unit, "-f", "-n", "0", "-o", "cat"]
-        follower = _CommandFollower(journal, log.info) if shutil.which("journalctl") else None
+        follower = CommandFollower(journal, log.info) if shutil.which("journalctl") else None
         if follower is not None:
             follower.start()
 

@@ -34,7 +34,7 @@ VLLM_TEST_PORTS = range(8300, 8350)
 def vllm_server_config(tiny_verifier, tmp_path_factory):
     """The VLLMServer resource of the session's test server (tiny verifier, small CPU KV cache)."""
     from eagle_assets.resources import VLLMServer
-    from eagle_assets.resources.vllm_server import port_in_use
+    from eagle_assets.resources.server_process import port_in_use
 
     port = next((p for p in VLLM_TEST_PORTS if not port_in_use("127.0.0.1", p)), None)
     if port is None:

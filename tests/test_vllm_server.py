@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from eagle_assets.resources import VLLMServer
-from eagle_assets.resources.vllm_server import VLLMServerError, port_in_use
+from eagle_assets.resources.server_process import port_in_use, stop_process_group
+from eagle_assets.resources.vllm_server import VLLMServerError
 
 
 class Lines:
@@ -141,6 +142,6 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored():
     )
     assert stubborn.stdout.readline().strip() == "up"
     log = Lines()
-    VLLMServer(stop_grace_s=1)._stop(stubborn, log)
+    stop_process_group(stubborn, grace_s=1, log=log)
     assert stubborn.returncode == -signal.SIGKILL
     assert "ignored SIGTERM" in log.text()
