@@ -130,12 +130,20 @@ def process_env() -> dict[str, str]:
     return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it if the parent dies (a killed Dagster step leaves no trainer behind)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def run_streaming(command: list[str], log, cwd: Path) -> None:
     """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure."""
     env = process_env()
     tail: deque[str] = deque(maxlen=40)
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, cwd=cwd, env=env)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            cwd=cwd, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
         for line in proc.stdout:
             line = line.rstrip()
