@@ -60,6 +60,8 @@ def tiny_verifier(
 @app.command()
 def demo(
     partition: str = typer.Option("demo", help="Dataset source (partition) to run the graph on."),
+    port: int = typer.Option(0, help="Port of the demo's vLLM server (the evaluation's speculating server "
+                             "takes the next one); 0 = the vllm_server resource's default."),
 ) -> None:
     """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
 
@@ -69,6 +71,7 @@ def demo(
 
     from eagle_assets.definitions import build_definitions
     from eagle_assets.demo import outcome, run_demo, summarize
+    from eagle_assets.resources import VLLMServer
 
     def report(result) -> None:
         typer.echo(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
@@ -77,7 +80,8 @@ def demo(
 
     with dg.DagsterInstance.get() as instance:
         try:
-            results = run_demo(build_definitions(), instance, partition, report)
+            overrides = {"vllm_server": VLLMServer(port=port)} if port else None
+            results = run_demo(build_definitions(overrides), instance, partition, report)
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None

@@ -5,7 +5,7 @@ so a plugin registered before :func:`eagle_assets.definitions.build_definitions`
 partition.
 """
 
-from eagle_assets.assets import eagle3_checkpoint, hidden_states, prompts, reasoning_samples, token_sequences
+from eagle_assets.assets import eagle3_checkpoint, eagle3_eval, hidden_states, prompts, reasoning_samples, token_sequences
 
 # The graph, in pipeline order; a family joins this tuple once it really works.
-ASSET_FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
+ASSET_FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint, eagle3_eval)
