@@ -1,4 +1,8 @@
-"""Build the embedded tiny verifier into a folder: tokenizer, template, config, trained weights."""
+"""Build the embedded tiny verifier into a folder: tokenizer, template, config, trained weights.
+
+The cache runs it in a child process (``python -m eagle_assets.tiny_verifier``) so that the OpenMP
+environment (threads, wait policy) is set before torch loads.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from eagle_assets.tiny_verifier.model import model_config, train_model
 from eagle_assets.tiny_verifier.recipe import RECIPE_VERSION, TinyVerifierRecipe, recipe_hash
 from eagle_assets.tiny_verifier.tokenizer import IM_END, PAD, conversation_texts, encode_conversation, train_tokenizer
 
-RECIPE_FILE = "eagle_assets_recipe.json"
+from eagle_assets.tiny_verifier.cache import RECIPE_FILE
 
 
 def build_tiny_verifier(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable[[str], None] = print) -> Path:
@@ -48,3 +52,4 @@ def build_tiny_verifier(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable
         json.dumps({"recipe_hash": recipe_hash(recipe), "version": RECIPE_VERSION, **asdict(recipe)}, indent=2)
     )
     return out_dir
+

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
-from eagle_assets.tiny_verifier.build import RECIPE_FILE, build_tiny_verifier
 from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE, TinyVerifierRecipe, recipe_hash
+
+# Written last by a build (see build.py); its presence marks a complete folder.
+RECIPE_FILE = "eagle_assets_recipe.json"
 
 CACHE_ENV = "EAGLE_ASSETS_CACHE"
 
@@ -47,8 +53,25 @@ def cached_tiny_verifier(
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=folder))
         try:
             log(f"building the tiny verifier (recipe {key}) in {final}")
-            build_tiny_verifier(tmp, recipe, log=log)
+            _build_in_child(tmp, recipe, log)
             os.replace(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _build_in_child(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable[[str], None]) -> None:
+    """Run the build in a fresh interpreter whose OpenMP settings are fixed before torch loads."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(recipe.threads), "OMP_WAIT_POLICY": "PASSIVE",
+           "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "eagle_assets.tiny_verifier", str(out_dir), json.dumps(asdict(recipe))]
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+        lines = []
+        for line in child.stdout:
+            line = line.rstrip()
+            lines.append(line)
+            if line.startswith("tiny verifier:"):
+                log(line)
+    if child.returncode != 0:
+        tail = "\n".join(lines[-20:])
+        raise RuntimeError(f"building the tiny verifier failed (exit {child.returncode}):\n{tail}")

@@ -40,15 +40,17 @@ class TinyVerifierRecipe:
     share_system: float = 0.30
     share_no_thinking: float = 0.03
     share_wide_numbers: float = 0.10
-    # Optimisation.
-    train_steps: int = 600
+    # Optimisation. 1000 steps: at 300 the verifier's greedy tokens were confident (top-1 p > 0.9) only
+    # 75 % of the time and a draft reached τ 3.15; at 1000, 95 %.
+    train_steps: int = 1000
     batch_size: int = 24
     learning_rate: float = 3e-3
     warmup_steps: int = 30
     weight_decay: float = 0.01
-    # One thread: the weights do not depend on the host's core count, and a busy machine (a vLLM server
-    # starting beside the build) does not stall a multi-threaded step on descheduled workers.
-    threads: int = 1
+    # The build runs in a child process with exactly this many threads and a passive OpenMP wait policy:
+    # weights do not depend on the host's core count, and a busy machine does not stall the step on
+    # spinning workers (with the default spin policy, 2 threads beside other jobs ran 10x slower).
+    threads: int = 2
 
 
 DEFAULT_RECIPE = TinyVerifierRecipe()

@@ -1,0 +1,11 @@
+"""``python -m eagle_assets.tiny_verifier OUT_DIR RECIPE_JSON``: one build, as the cache's child process."""
+
+import json
+import sys
+from pathlib import Path
+
+from eagle_assets.tiny_verifier.build import build_tiny_verifier
+from eagle_assets.tiny_verifier.recipe import TinyVerifierRecipe
+
+build_tiny_verifier(Path(sys.argv[1]), TinyVerifierRecipe(**json.loads(sys.argv[2])),
+                    log=lambda line: print(line, flush=True))
