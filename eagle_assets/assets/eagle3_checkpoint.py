@@ -101,7 +101,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         ``training.json`` (settings, data, metrics) and ``lineage.json``. Best epoch by validation loss.
         """
         from eagle_assets.training import runner
-        from eagle_assets.training.vocab import build_draft_vocab
+        from eagle_assets.training.vocab import DraftVocabError, build_draft_vocab
 
         started = time.monotonic()
         root = Path(storage.root)
@@ -125,7 +125,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             f"supervised) from {chosen}; verifier {model_path}, aux layers {manifest.aux_layer_ids}"
         )
         vocab_size = backend.vocab_size(model_path)
-        vocab = build_draft_vocab(data.path, settings.draft_vocab_size, vocab_size, log=context.log)
+        try:
+            vocab = build_draft_vocab(data.path, settings.draft_vocab_size, vocab_size, log=context.log)
+        except DraftVocabError as err:
+            raise dg.Failure(str(err)) from err
         context.log.info(f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering "
                          f"{vocab.coverage:.1%} of supervised tokens")
         run = runner.train(data, vocab, str(model_path), settings, work, context.log)
