@@ -163,6 +163,21 @@ def run_streaming(command: list[str], log, cwd: Path) -> None:
         raise TrainingFailed(f"training exited with code {code}; last lines:\n" + "\n".join(tail))
 
 
+def _wall_clock_rates(trains: list[dict]) -> list[float]:
+    """Tokens/s between consecutive metric records of one epoch: steps between them x tokens per step /
+    seconds between them. speculators' own per-step figure starts its clock, for a record after
+    unlogged steps, before the GPU has drained them, so it reads low when ``log_freq`` > 1."""
+    rates = []
+    for before, after in zip(trains, trains[1:]):
+        profile = after.get("profile") or {}
+        seconds = after["time"] - before["time"]
+        if after.get("epoch") != before.get("epoch") or seconds <= 0 or not profile.get("step_ms"):
+            continue
+        tokens_per_step = profile["tokens_per_s"] * profile["step_ms"] / 1000
+        rates.append((after["global_step"] - before["global_step"]) * tokens_per_step / seconds)
+    return rates
+
+
 def summarize_metrics(metrics_file: Path) -> dict:
     """Best-epoch validation metrics, last training loss and median tokens/s from the metrics file."""
     records = [json.loads(line) for line in Path(metrics_file).read_text().splitlines() if line.strip()]
@@ -171,7 +186,8 @@ def summarize_metrics(metrics_file: Path) -> dict:
     if not vals:
         raise TrainingFailed(f"{metrics_file} holds no validation record: training ended before one epoch")
     best = min(vals, key=lambda r: r["val"]["loss_epoch"])
-    rates = [r["profile"]["tokens_per_s"] for r in trains if (r.get("profile") or {}).get("tokens_per_s")]
+    rates = _wall_clock_rates(trains) or [r["profile"]["tokens_per_s"] for r in trains
+                                          if (r.get("profile") or {}).get("tokens_per_s")]
     summary = {
         "best_epoch": int(best["epoch"]),
         "epochs_run": len(vals),
