@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import threading
+import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -93,18 +95,50 @@ class CommandFollower(threading.Thread):
 
 
 
-def stop_process_group(proc: subprocess.Popen, grace_s: float, log) -> None:
-    """SIGTERM the process group ``proc`` leads; SIGKILL it after ``grace_s`` (also any leftover workers)."""
-    if proc.poll() is not None:
+def stop_process_group(pid: int, grace_s: float, log, child: subprocess.Popen | None = None) -> None:
+    """SIGTERM the process group that ``pid`` leads; SIGKILL it after ``grace_s`` (leftover workers too).
+
+    ``child`` is the ``Popen`` when this process started the server (then it is also reaped);
+    otherwise the server is watched through its pid.
+    """
+
+    def gone() -> bool:
+        return child.poll() is not None if child is not None else not pid_is_vllm(pid)
+
+    if gone():
         return
-    log.info(f"vLLM server: stopping pid {proc.pid} (SIGTERM, SIGKILL after {grace_s:g}s)")
-    os.killpg(proc.pid, signal.SIGTERM)
+    log.info(f"vLLM server: stopping pid {pid} (SIGTERM, SIGKILL after {grace_s:g}s)")
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not gone():
+        log.warning(f"vLLM server: pid {pid} ignored SIGTERM for {grace_s:g}s, sending SIGKILL")
     try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        log.warning(f"vLLM server: pid {proc.pid} ignored SIGTERM for {grace_s:g}s, sending SIGKILL")
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # also reaps worker processes left in the group
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
+    if child is not None:
+        child.wait()
+
+
+def register_user(users_dir: Path) -> Path:
+    """Mark this process as using the server (one file per ``serve()``), so it is not stopped under it."""
+    users_dir.mkdir(parents=True, exist_ok=True)
+    marker = users_dir / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    marker.touch()
+    return marker
+
+
+def live_users(users_dir: Path) -> int:
+    """How many ``serve()`` calls still use the server; markers of dead processes are removed."""
+    live = 0
+    for marker in users_dir.glob("*-*"):
+        try:
+            os.kill(int(marker.name.split("-")[0]), 0)
+            live += 1
+        except (ProcessLookupError, ValueError):
+            marker.unlink(missing_ok=True)
+        except PermissionError:
+            live += 1
+    return live

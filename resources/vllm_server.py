@@ -6,7 +6,8 @@ Modes:
   list, never a shell string), stream its log into the Dagster step log, stop it on exit (SIGTERM,
   then SIGKILL after a grace period) unless ``keep_alive``. A server this resource started earlier
   with the same launch fingerprint (e.g. kept alive, or started by a concurrent step) is attached to
-  instead of starting a second one; the fingerprint lives in a small state file per host:port.
+  instead of starting a second one; the fingerprint lives in a small state file per host:port, and
+  each ``serve()`` leaves a marker so that the last user out, not the launcher, stops a shared server.
 * ``systemd`` — ``systemctl start``/``stop`` a unit that runs the server; readiness as above.
 * ``external`` — one or more base URLs of servers run by someone else (data-parallel replicas).
 
@@ -40,9 +41,11 @@ from eagle_assets.resources.server_process import (
     VLLM_MODULE,
     CommandFollower,
     LogFollower,
+    live_users,
     pid_is_vllm,
     port_in_use,
     read_tail,
+    register_user,
     stop_process_group,
 )
 from eagle_assets.storage import write_json
@@ -251,6 +254,7 @@ class VLLMServer(dg.ConfigurableResource):
         argv, env = self.command(self.resolved_model()), self.launch_env()
         fingerprint = self.fingerprint(argv, env)
         state_path, log_path, lock_path = self._state_paths()
+        users_dir = state_path.with_suffix(".users")
         with open(lock_path, "w") as lock:
             # Serialize check-then-launch, so two steps starting together launch one server.
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -262,7 +266,7 @@ class VLLMServer(dg.ConfigurableResource):
                         f"(pid {state['pid']}, fingerprint {state['fingerprint']} != {fingerprint}; "
                         f"its argv is in {state_path}). Stop it or choose another port."
                     )
-                proc, owned = None, False
+                proc = None
                 offset = log_path.stat().st_size if log_path.exists() else 0
                 log.info(f"vLLM server: attaching to running server pid {state['pid']} (fingerprint {fingerprint})")
             else:
@@ -272,8 +276,9 @@ class VLLMServer(dg.ConfigurableResource):
                         "(not a vLLM server started by eagle-assets). Choose a free port (vllm_server.port) "
                         "or stop that process."
                     )
-                proc, owned, offset = self._launch(argv, env, fingerprint, state_path, log_path, log), True, 0
+                proc, offset = self._launch(argv, env, fingerprint, state_path, log_path, log), 0
                 state = {"pid": proc.pid}
+            me = register_user(users_dir)
         log_path.touch()  # an attached server's log may have been cleaned away
         follower = LogFollower(log_path, log.info, offset)
         follower.start()
@@ -293,12 +298,28 @@ class VLLMServer(dg.ConfigurableResource):
             self._wait_ready(self._own_urls(), log, alive)
             yield self._own_urls()
         finally:
-            if owned and not self.keep_alive:
-                stop_process_group(proc, self.stop_grace_s, log)
-                state_path.unlink(missing_ok=True)
-            elif owned:
-                log.info(f"vLLM server: keep_alive, leaving pid {pid} running on port {self.port}")
             follower.stop()
+            self._leave(me, users_dir, state_path, lock_path, pid, proc, log)
+
+    def _leave(self, me: Path, users_dir: Path, state_path: Path, lock_path: Path, pid: int,
+               proc: subprocess.Popen | None, log) -> None:
+        """The last user out stops the server, unless its launch asked to keep it alive.
+
+        Steps of one run may share a server (the second attaches while the first still works): the
+        launcher must not stop it under them, so stopping waits for the last one.
+        """
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            me.unlink(missing_ok=True)
+            others = live_users(users_dir)
+            state = self._read_state(state_path) or {}
+            if others:
+                log.info(f"vLLM server: pid {pid} is still used by {others} other step(s); the last one stops it")
+            elif state.get("stop_when_unused", True):
+                stop_process_group(pid, self.stop_grace_s, log, child=proc)
+                state_path.unlink(missing_ok=True)
+            else:
+                log.info(f"vLLM server: keep_alive, leaving pid {pid} running on port {self.port}")
 
     @staticmethod
     def _read_state(path: Path) -> dict | None:
@@ -321,7 +342,7 @@ class VLLMServer(dg.ConfigurableResource):
                 start_new_session=True,
             )
         write_json({"pid": proc.pid, "fingerprint": fingerprint, "argv": argv, "log": str(log_path),
-                    "started_at": time.time()}, state_path)
+                    "started_at": time.time(), "stop_when_unused": not self.keep_alive}, state_path)
         return proc
 
     def _systemctl(self, *args: str) -> subprocess.CompletedProcess:

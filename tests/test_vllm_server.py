@@ -142,6 +142,25 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored():
     )
     assert stubborn.stdout.readline().strip() == "up"
     log = Lines()
-    stop_process_group(stubborn, grace_s=1, log=log)
+    stop_process_group(stubborn.pid, grace_s=1, log=log, child=stubborn)
     assert stubborn.returncode == -signal.SIGKILL
     assert "ignored SIGTERM" in log.text()
+
+
+@pytest.mark.integration
+def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(tiny_verifier, tmp_path):
+    port = free_port()
+    server = VLLMServer(model=str(tiny_verifier), port=port, max_model_len=2048, state_dir=str(tmp_path),
+                        env={"VLLM_CPU_KVCACHE_SPACE": "1"}, stop_grace_s=20)
+    log = Lines()
+    launcher, attacher = server.serve(log=log), server.serve(log=log)
+    urls = launcher.__enter__()
+    try:
+        assert attacher.__enter__() == urls  # e.g. a second partition's step in the same run
+    finally:
+        launcher.__exit__(None, None, None)
+    assert "still used by 1 other step" in log.text()
+    assert httpx.get(urls[0].removesuffix("/v1") + "/health").status_code == 200
+    attacher.__exit__(None, None, None)
+    assert "stopping pid" in log.text()
+    assert not port_in_use("127.0.0.1", port) and not list(tmp_path.glob("*.json"))
