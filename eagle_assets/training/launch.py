@@ -111,10 +111,18 @@ def _configure_logging(recorder: MetricsRecorder) -> None:
 
 
 def _install_early_stopping(patience: int) -> None:
+    import torch
     from speculators.train import cli, trainer
 
     class EarlyStoppingTrainer(trainer.Trainer):
         """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""
+
+        def train_epoch(self, epoch, **kwargs):
+            super().train_epoch(epoch, **kwargs)
+            # Between metric records nothing waits for the GPU: wait here, so the "Training epoch
+            # ... completed" line marks the end of the epoch's GPU work and epoch times are true.
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
 
         def maybe_update_best(self, epoch, val_metrics):
             before = self.best_val_loss

@@ -52,23 +52,33 @@ def write_random_features(
     prompt_fraction: float = 0.3,
     seed: int = 0,
     device: str = "cpu",
+    distinct_rows: int | None = None,
 ) -> None:
     """Write ``num_rows`` random train-split rows of ``partition`` under the storage ``root``.
 
     ``layer_ids`` are the captured layers in file order: the auxiliary ids, then the final layer's.
+    ``distinct_rows`` (default: all) bounds how many different token sequences -- and tensor files --
+    are drawn; further rows repeat them under their own prompt ids, as duplicate prompts would. Large
+    benchmark sets then cost the writing of a few files instead of tens of gigabytes.
     """
     rng = np.random.default_rng(seed)
     gen = torch.Generator(device=device).manual_seed(seed)
     seq_folder = Path(root) / "token_sequences" / partition
     hs_folder = Path(root) / "hidden_states" / partition
     (hs_folder / "tensors").mkdir(parents=True, exist_ok=True)
+    distinct = num_rows if distinct_rows is None else max(1, min(distinct_rows, num_rows))
     seq_rows, index_rows = [], []
     for i in range(num_rows):
+        prompt_id = hashlib.sha256(f"{partition}/{seed}/{i}".encode()).hexdigest()[:16]
+        if i >= distinct:
+            source_seq, source_index = seq_rows[i % distinct], index_rows[i % distinct]
+            seq_rows.append({**source_seq, "prompt_id": prompt_id})
+            index_rows.append({**source_index, "prompt_id": prompt_id})
+            continue
         length = int(rng.integers(seq_len[0], seq_len[1] + 1))
         input_ids = rng.integers(0, vocab_size, size=length, dtype=np.int64)
         prompt_len = max(1, int(length * prompt_fraction))
         loss_mask = np.r_[np.zeros(prompt_len, np.int8), np.ones(length - prompt_len, np.int8)]
-        prompt_id = hashlib.sha256(f"{partition}/{seed}/{i}".encode()).hexdigest()[:16]
         content_id = hashlib.sha256(input_ids.tobytes() + str(layer_ids).encode()).hexdigest()[:32]
         hidden = torch.randn(
             (length, len(layer_ids), hidden_size), generator=gen, device=device, dtype=torch.bfloat16
