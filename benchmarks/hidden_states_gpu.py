@@ -77,6 +77,19 @@ def matmul_peak(device: str, dtype, n: int, iters: int) -> float:
     return 2 * n**3 * iters / (time.perf_counter() - start)
 
 
+def random_model(config, device: str, dtype):
+    """A ``LlamaModel`` with random weights, built on ``device`` in ``dtype``."""
+    from transformers import LlamaModel
+
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # build in the final dtype: an fp32 8B model would take 32 GB first
+    try:
+        with torch.device(device):
+            return LlamaModel(config).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
+
+
 def flops_per_token(model, config, seq_len: int) -> float:
     """2 x non-embedding parameters + causal attention (QK^T and AV over seq/2 keys on average)."""
     params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
@@ -131,7 +144,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write-and-delete folder (default: a temp dir)")
     args = parser.parse_args()
 
-    from transformers import LlamaConfig, LlamaModel
+    from transformers import LlamaConfig
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -145,13 +158,7 @@ def main() -> None:
     config = LlamaConfig(**shape, attn_implementation="sdpa")
     torch.manual_seed(0)
     started = time.perf_counter()
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # build in the final dtype: an fp32 8B model would take 32 GB first
-    try:
-        with torch.device(device):
-            model = LlamaModel(config).eval()
-    finally:
-        torch.set_default_dtype(default_dtype)
+    model = random_model(config, device, dtype)
     sync(device)
     build_s = time.perf_counter() - started
     n = config.num_hidden_layers

@@ -89,19 +89,24 @@ class StampedLog:
         return sum(self.epoch_durations(epochs))
 
 
-def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int) -> int:
-    """Tokens the trainer sees in one epoch: speculators' own sampler over the train split."""
+def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int,
+                     replicas: int = 1) -> int:
+    """Tokens the trainer sees in one epoch, over all ``replicas`` data-parallel ranks: speculators'
+    own sampler over the train split."""
     import datasets
     import numpy as np
     from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
 
     lengths = np.asarray(datasets.load_from_disk(str(data_path)).with_format(None)["seq_len"])
     lengths = lengths[: int(len(lengths) * train_ratio)]
-    sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=lengths,
-                                                 num_replicas=1, rank=0, seed=seed)
-    sampler.set_epoch(epoch)
-    # Each packed sample loses one token to EAGLE-3's shift; a batch holds at most total_seq_len.
-    return int(sum(min(total_seq_len, int((lengths[batch] - 1).sum())) for batch in sampler))
+    total = 0
+    for rank in range(replicas):
+        sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=lengths,
+                                                     num_replicas=replicas, rank=rank, seed=seed)
+        sampler.set_epoch(epoch)
+        # Each packed sample loses one token to EAGLE-3's shift; a batch holds at most total_seq_len.
+        total += int(sum(min(total_seq_len, int((lengths[batch] - 1).sum())) for batch in sampler))
+    return total
 
 
 def epoch_report(name: str, log: StampedLog, epoch_tokens: list[int], epochs: int) -> float:

@@ -10,8 +10,8 @@ backend instead (the ``kimi`` backend), in one process.
   content id), so the shards are balanced in forward cost and deterministic for a given to-do list.
   Every content id goes to exactly one worker, so no two workers ever write the same file; resume
   needs nothing extra, because the to-do list is simply what is not on disk yet.
-- Workers write with their own :class:`~eagle_assets.hidden_state_files.SampleWriter` (atomic
-  renames) and send progress and their written files (sha256, bytes) to the parent over a queue.
+- Workers write with their own :class:`~eagle_assets.hidden_state_files.SampleWriter` (of the
+  caller's writer's class; atomic renames) and send progress and their written files (sha256, bytes) to the parent over a queue.
   The parent merges them into the caller's writer, so the asset writes ``index.parquet`` and
   ``manifest.json`` once, exactly as after a single-process run.
 - Failure: the first worker error (with its traceback), or a worker that dies without one (killed,
@@ -105,6 +105,7 @@ class _Job:
     backend: VerifierBackend
     model_path: str
     request: ExtractionRequest
+    writer_class: type  # the caller's SampleWriter (sub)class
     folder: str
     num_layers: int
     hidden_size: int
@@ -120,7 +121,7 @@ def _worker(job: _Job, messages) -> None:
             torch.cuda.set_device(job.device)  # pinned buffers and streams on this GPU, not cuda:0
         else:
             torch.set_num_threads(job.cpu_threads)  # CPU workers share the cores instead of oversubscribing
-        writer = SampleWriter(Path(job.folder), job.num_layers, job.hidden_size)
+        writer = job.writer_class(Path(job.folder), job.num_layers, job.hidden_size)
         last = [0.0]
 
         def progress(samples: int, tokens: int) -> None:
@@ -149,12 +150,21 @@ def _stop(processes) -> None:
 
 
 def extract_on_devices(backend: VerifierBackend, model_path, request: ExtractionRequest, devices: Sequence[str],
-                       writer: SampleWriter, progress: Callable[[int, int], None] | None = None, log=None) -> None:
+                       writer: SampleWriter, progress: Callable[[int, int], None] | None = None, log=None,
+                       worker_progress: Callable[[int, int, int], None] | None = None) -> None:
     """Extract ``request.sequences`` into ``writer``'s folder on ``devices``: in this process for one
-    device, else one spawned worker per device. Afterwards ``writer.written`` holds every file
-    written, as if ``writer`` had been the sink of a single-process extraction."""
+    device, else one spawned worker per device, each writing through a writer of ``writer``'s class.
+    Afterwards ``writer.written`` holds every file written, as if ``writer`` had been the sink of a
+    single-process extraction. ``progress(samples, tokens)`` gets the totals over all workers,
+    ``worker_progress(rank, samples, tokens)`` each worker's own (per-device rates)."""
     if len(devices) == 1:
-        backend.extract(model_path, replace(request, device=devices[0]), writer, progress)
+        def both(samples: int, tokens: int) -> None:
+            if progress is not None:
+                progress(samples, tokens)
+            if worker_progress is not None:
+                worker_progress(0, samples, tokens)
+
+        backend.extract(model_path, replace(request, device=devices[0]), writer, both)
         return
     shards = shard_sequences(request.sequences, len(devices))
     cpu_workers = sum(d == "cpu" for d in devices)
@@ -166,7 +176,7 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
         if not shard:
             continue
         job = _Job(rank, device, backend, str(model_path), replace(request, sequences=shard, device=device),
-                   str(writer.folder), writer.num_layers, writer.hidden_size, threads)
+                   type(writer), str(writer.folder), writer.num_layers, writer.hidden_size, threads)
         processes[rank] = context.Process(target=_worker, args=(job, messages), name=f"hidden-states-{rank}-{device}")
         if log is not None:
             log.info(f"extraction worker {rank} on {device}: {len(shard)} files, "
@@ -180,6 +190,8 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
             raise ExtractionWorkerFailed(f"extraction worker {rank} on {devices[rank]} failed:\n{message[2]}")
         if kind == "progress":
             counts[rank] = (message[2], message[3])
+            if worker_progress is not None:
+                worker_progress(rank, message[2], message[3])
         else:  # done: the parent's writer now knows the worker's files (no thread writes to it here)
             writer.written.update({key: WrittenSample(*w) for key, w in message[2].items()})
             finished.add(rank)
