@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagle_assets.backends import ExtractionRequest, VerifierBackend
+from eagle_assets.child_process import die_with_parent
 from eagle_assets.hidden_state_files import SampleWriter, WrittenSample
 
 AUTO = "auto"
@@ -115,6 +116,7 @@ class _Job:
 def _worker(job: _Job, messages) -> None:
     """Worker process body: extract this shard, report progress and the written files."""
     try:
+        die_with_parent()  # a killed Dagster step must not leave workers holding GPUs
         import torch
 
         if job.device.startswith("cuda"):

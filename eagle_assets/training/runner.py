@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_assets.child_process import die_with_parent
 from eagle_assets.storage import combined_hash, write_json
 from eagle_assets.training.data_dir import TrainingData
 from eagle_assets.training.settings import TrainingSettings
@@ -130,20 +130,12 @@ def process_env() -> dict[str, str]:
     return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it if the parent dies (a killed Dagster step leaves no trainer behind)."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 def run_streaming(command: list[str], log, cwd: Path) -> None:
     """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure."""
     env = process_env()
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            cwd=cwd, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                            cwd=cwd, env=env, preexec_fn=die_with_parent)
     try:
         for line in proc.stdout:
             line = line.rstrip()
