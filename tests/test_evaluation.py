@@ -124,3 +124,86 @@ def test_simulated_acceptance_needs_generated_tokens():
     ids = torch.tensor([1, 4, 2])
     with pytest.raises(ValueError, match="no draft positions"):
         simulate(draft, [GreedySample(ids, torch.randn(3, 4, 32), completion_start=3)], 3)
+
+
+# ---------------------------------------------------------------------------- the real chain, measured by vLLM
+@pytest.fixture(scope="module")
+def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factory):
+    """The real graph on a small slice of the demo source: samples from the session's vLLM server,
+    token sequences, hidden states, a quickly trained draft, then ``eagle3_eval`` (its own
+    speculating server on the next port). Yields (materialization metadata, check results, storage root)."""
+    import dagster as dg
+
+    from eagle_assets.assets import (
+        eagle3_checkpoint, eagle3_eval, hidden_states, prompts, reasoning_samples, token_sequences,
+    )
+    from eagle_assets.partitions import source_partitions
+    from eagle_assets.resources import StorageRoot, Verifier
+
+    parts = source_partitions()
+    built = [f.build(parts) for f in (prompts, reasoning_samples, token_sequences, hidden_states,
+                                     eagle3_checkpoint, eagle3_eval)]
+    defs = [d for b in built for d in (*b["assets"], *b.get("checks", []))]
+    root = tmp_path_factory.mktemp("eval-chain") / "data"
+    resources = {"storage": StorageRoot(root=str(root)), "verifier": Verifier(model_path=str(tiny_verifier)),
+                 # Same settings as the session server: the capture attaches to it instead of starting one.
+                 "vllm_server": vllm_server_config}
+    with dg.instance_for_test() as instance:
+        data = dg.materialize(
+            defs, selection=["prompts", "reasoning_samples", "token_sequences", "hidden_states"],
+            partition_key="demo", instance=instance, resources=resources,
+            run_config={"ops": {"prompts": {"config": {"limit": 240}},
+                                "reasoning_samples": {"config": {"max_tokens": 512}}}},
+        )
+        assert data.success
+        trained = dg.materialize(defs, selection=["eagle3_checkpoint"], instance=instance, resources=resources,
+                                 run_config={"ops": {"eagle3_checkpoint": {"config": {"epochs": 3, "lr": 0.003}}}})
+        assert trained.success
+        result = dg.materialize(
+            defs, selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance, resources=resources,
+            run_config={"ops": {"eagle3_eval": {"config": {"max_prompts": 12, "max_tokens": 384,
+                                                            "min_acceptance_length": 1.0}}}},
+        )
+        assert result.success
+        mat = result.get_asset_materialization_events()[0].step_materialization_data.materialization
+        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        yield meta, checks, root
+
+
+@pytest.mark.integration
+def test_eval_measures_acceptance_with_vllm(evaluated):
+    import json
+
+    meta, checks, root = evaluated
+    k = meta["num_speculative_tokens"]
+    assert k == 3 and meta["prompts_evaluated"] == 12 and meta["prompt_errors"] == 0
+    assert meta["drafts"] > 0 and meta["completion_tokens"] > 0
+    # vLLM's counters, vLLM's convention: τ = 1 + accepted/drafts, per position non-increasing.
+    assert meta["acceptance_length"] == pytest.approx(1 + meta["accepted_tokens"] / meta["drafts"], abs=1e-3)
+    rates = [meta[f"acceptance_pos_{i}"] for i in range(1, k + 1)]
+    assert rates == sorted(rates, reverse=True)
+    assert meta["acceptance_length"] == pytest.approx(1 + sum(rates), abs=1e-3)
+    # A trained draft is accepted at all (an untrained one sits at τ ≈ 1).
+    assert meta["acceptance_length"] > 1.2
+    # The simulated value of the same draft on the same greedy outputs tracks the served one.
+    assert meta["simulated_acceptance_length"] == pytest.approx(meta["acceptance_length"], abs=0.35)
+    assert checks["acceptance_length_above_floor"].passed
+    report = json.loads(Path(meta["report"]).read_text())
+    assert report["acceptance_length"] == meta["acceptance_length"] and len(report["prompt_ids"]) == 12
+
+
+@pytest.mark.integration
+def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
+    import json
+
+    import pyarrow.parquet as pq
+
+    meta, _, root = evaluated
+    report = json.loads(Path(meta["report"]).read_text())
+    prompts = {r["prompt_id"]: r["split"] for r in pq.read_table(root / "prompts" / "demo" / "prompts.parquet").to_pylist()}
+    assert {prompts[p] for p in report["prompt_ids"]} == {"heldout"}
+    # Training reads the train rows of token_sequences only: none of them is an evaluated prompt.
+    rows = pq.read_table(root / "token_sequences" / "demo" / "sequences.parquet", columns=["prompt_id", "split"])
+    trained_on = {r["prompt_id"] for r in rows.to_pylist() if r["split"] == "train"}
+    assert trained_on and not trained_on & set(report["prompt_ids"])
