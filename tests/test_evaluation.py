@@ -60,6 +60,24 @@ def test_metrics_url():
     assert metrics_url("http://h:1/v1/") == "http://h:1/metrics"
 
 
+def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
+    import json
+
+    from eagle_assets.evaluation.run import EvaluationError, speculative_server
+    from eagle_assets.resources import VLLMServer
+
+    base = VLLMServer(model="/models/verifier", port=8000, max_model_len=4096, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                      extra_args=["--seed", "0"])
+    spec = speculative_server(base, Path("/ckpt/draft"), 3, port=8001)
+    assert (spec.port, spec.model, spec.max_model_len, spec.env) == (8001, base.model, 4096, base.env)
+    argv = spec.command(spec.model)
+    flag = argv.index("--speculative-config")
+    assert argv[flag - 2:flag] == ["--seed", "0"]
+    assert json.loads(argv[flag + 1]) == {"method": "eagle3", "model": "/ckpt/draft", "num_speculative_tokens": 3}
+    with pytest.raises(EvaluationError, match="already holds --speculative-config"):
+        speculative_server(spec, Path("/ckpt/other"), 3)
+
+
 # ---------------------------------------------------------------------------- simulated acceptance
 def _constant_draft():
     """A real speculators Eagle3DraftModel whose every proposal is draft token 0 = verifier token 2.
