@@ -165,6 +165,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                     "floor (min_acceptance_length of the evaluation run).")
     def acceptance_length_above_floor(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         event = context.instance.get_latest_materialization_event(dg.AssetKey(ASSET))
+        if event is None:
+            return dg.AssetCheckResult(passed=False, description=f"{ASSET} has never been materialized")
         metadata = event.asset_materialization.metadata
         tau, floor = metadata["acceptance_length"].value, metadata["min_acceptance_length"].value
         return dg.AssetCheckResult(
