@@ -118,6 +118,15 @@ def test_concurrent_callers_build_once(tmp_path):
     assert AutoConfig.from_pretrained(paths[0]).model_type == "qwen3"
 
 
+def test_a_killed_build_leaves_nothing_behind(tmp_path):
+    folder = tmp_path / "cache" / "tiny-verifier"
+    abandoned = folder / ".0123456789abcdef.x1y2z3.tmp"  # another recipe's build, killed mid-way
+    abandoned.mkdir(parents=True)
+    (abandoned / "model.safetensors").write_bytes(b"half written")
+    cached_tiny_verifier(tmp_path / "cache", QUICK_RECIPE, log=lambda line: None)
+    assert not abandoned.exists()
+
+
 def test_recipe_change_changes_the_key():
     assert recipe_hash(QUICK_RECIPE) != recipe_hash(DEFAULT_RECIPE)
     assert recipe_hash(dataclasses.replace(DEFAULT_RECIPE, seed=DEFAULT_RECIPE.seed + 1)) != recipe_hash()

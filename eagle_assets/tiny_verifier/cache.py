@@ -48,8 +48,7 @@ def cached_tiny_verifier(
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if (final / RECIPE_FILE).exists():  # another process finished it while we waited
             return final
-        for stale in folder.glob(f".{key}.*.tmp"):  # left by a killed build; we hold the lock now
-            shutil.rmtree(stale, ignore_errors=True)
+        _remove_abandoned_builds(folder, key)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=folder))
         try:
             log(f"building the tiny verifier (recipe {key}) in {final}")
@@ -58,6 +57,22 @@ def cached_tiny_verifier(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _remove_abandoned_builds(folder: Path, held_key: str) -> None:
+    """Delete temporary folders left by killed builds: ours (we hold its lock) and those of any other
+    recipe whose lock nobody holds."""
+    for stale in folder.glob(".*.*.tmp"):
+        key = stale.name.split(".")[1]
+        if key == held_key:
+            shutil.rmtree(stale, ignore_errors=True)
+            continue
+        with open(folder / f"{key}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # being built right now
+                continue
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def _build_in_child(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable[[str], None]) -> None:
