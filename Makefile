@@ -21,19 +21,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[cpu,test]"
 	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside CPU torch.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
-	mkdir -p $(DAGSTER_HOME)
 	touch $(STAMP)
 
-demo: install
-	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
+demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/eagle-assets demo
 
 test: install
 	$(BIN)/pytest -q
 
-ui: install
-	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
+ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+# The persistent instance: history survives restarts; a user's own dagster.yaml is never overwritten.
+$(DAGSTER_HOME)/dagster.yaml:
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/dagster.yaml $@
 
 clean:
 	rm -rf $(VENV) .dagster_home .eagle_assets_data
