@@ -115,14 +115,16 @@ class _Job:
 
 def _worker(job: _Job, messages) -> None:
     """Worker process body: extract this shard, report progress and the written files."""
+    die_with_parent()  # a killed Dagster step must not leave workers holding GPUs
+    if os.getppid() != multiprocessing.parent_process().pid:  # it died before the line above
+        raise SystemExit(1)
     try:
-        die_with_parent()  # a killed Dagster step must not leave workers holding GPUs
         import torch
 
+        # Workers share the host's cores instead of each starting one thread per core.
+        torch.set_num_threads(job.cpu_threads)
         if job.device.startswith("cuda"):
             torch.cuda.set_device(job.device)  # pinned buffers and streams on this GPU, not cuda:0
-        else:
-            torch.set_num_threads(job.cpu_threads)  # CPU workers share the cores instead of oversubscribing
         writer = job.writer_class(Path(job.folder), job.num_layers, job.hidden_size)
         last = [0.0]
 
@@ -169,8 +171,7 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
         backend.extract(model_path, replace(request, device=devices[0]), writer, both)
         return
     shards = shard_sequences(request.sequences, len(devices))
-    cpu_workers = sum(d == "cpu" for d in devices)
-    threads = max(1, (os.cpu_count() or 1) // max(cpu_workers, 1))
+    threads = max(1, (os.cpu_count() or 1) // len(devices))
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
     processes = {}

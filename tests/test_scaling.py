@@ -11,9 +11,12 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -187,6 +190,61 @@ def test_a_killed_worker_is_reported_with_its_device_and_signal(tiny_verifier, t
     request = ExtractionRequest(sequences=[((0, "a" * 32), [1, 2, 3]), ((1, "b" * 32), [4, 5])], layer_ids=[1, 2, 4])
     with pytest.raises(ExtractionWorkerFailed, match=r"extraction worker \d on cpu was killed by signal 9"):
         extract_on_devices(backend, tiny_verifier, request, TWO_CPU_WORKERS, SampleWriter(tmp_path, 3, 64))
+
+
+@dataclass
+class HangingBackend(TransformersBackend):
+    """A worker that announces itself (a file named by its pid) and then hangs, as a stuck forward would."""
+
+    ready_dir: str = ""
+
+    def extract(self, model_path, request, sink, progress=None):
+        (Path(self.ready_dir) / str(os.getpid())).touch()
+        time.sleep(600)
+
+
+PARENT_SCRIPT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from test_scaling import HangingBackend
+from eagle_assets.backends import ExtractionRequest
+from eagle_assets.hidden_state_files import SampleWriter
+from eagle_assets.parallel_extraction import extract_on_devices
+request = ExtractionRequest(sequences=[((0, "a" * 32), [1, 2, 3]), ((1, "b" * 32), [4, 5])], layer_ids=[1, 2, 4])
+extract_on_devices(HangingBackend(name="hanging", description="hangs", ready_dir=sys.argv[2]), sys.argv[3], request,
+                   ["cpu", "cpu"], SampleWriter(Path(sys.argv[2]), 3, 64))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its state letter says it has ended.
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+
+
+@pytest.mark.integration
+def test_workers_end_when_the_step_process_is_killed(tiny_verifier, tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT, str(Path(__file__).parent), str(tmp_path),
+                               str(tiny_verifier)])
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+        workers = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
+        assert len(workers) == 2, "the workers never started"
+        parent.kill()  # as a killed Dagster step process: no finally blocks run
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, workers))
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 # ---- torchrun training launches ----------------------------------------------------------------------
