@@ -120,6 +120,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         Files are written atomically and never rewritten, so a killed run resumes by skipping what
         exists; an ``index.parquet`` maps rows to files and ``manifest.json`` records the verifier.
+        On a host with several GPUs one worker process per GPU extracts a share of the rows
+        (``verifier.devices``); the result is the same files and index.
         """
         partition = context.partition_key
         source = storage.path("token_sequences", partition) / SEQUENCES_FILE
