@@ -191,6 +191,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "wall_s": time.monotonic() - started,
                 "server_model": report.server_model,
                 "vllm_version": report.vllm_version,
+                "reasoning_parser": vllm_server.reasoning_parser or "none",
             }
 
         samples = load_samples(folder)
