@@ -131,13 +131,13 @@ def evaluate(
         log(f"vllm_server mode {server.mode!r}: the server must already serve {checkpoint} as its eagle3 draft")
     with speculating.serve(log=logger) as urls:
         served = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+    if not served.ok_rows:
+        raise EvaluationError(f"every request failed, e.g. {served.rows[0]['error']}")
     if not served.counters.spec_decode_enabled or served.counters.drafts == 0:
         raise EvaluationError(
             f"the server at {urls} reported no speculative drafts: it is not speculating "
             "(external/systemd servers need --speculative-config with this checkpoint)"
         )
-    if not served.ok_rows:
-        raise EvaluationError(f"every request failed, e.g. {served.rows[0]['error']}")
     log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
         f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over {int(served.counters.drafts)} drafts, "
         f"{served.tokens_per_s:.0f} tok/s")
