@@ -117,6 +117,20 @@ def test_two_cpu_workers_write_exactly_what_one_process_writes(storage_root, tin
     assert written_state(storage_root) == expected
 
 
+@pytest.mark.integration
+def test_gpu_devices_on_a_host_without_them_fail_the_step_before_any_work(storage_root, tiny_verifier, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # a GPU host's settings on a CPU machine
+    write_token_sequences(storage_root, tiny_verifier, prompts=2, steps=1)
+    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, devices=["cuda:0", "cuda:1"]))
+    assert not result.success
+    [event] = result.get_step_failure_events()
+    text = event.step_failure_data.user_failure_data.description
+    assert "verifier.devices ['cuda:0', 'cuda:1']" in text and "'cuda:1' is not visible: this host shows 0" in text
+    assert not folder(storage_root).exists() or not any(folder(storage_root).iterdir())
+
+
 @dataclass
 class PoisonedBackend(TransformersBackend):
     """The real transformers backend on a verifier whose embedding of one token is NaN: every row
