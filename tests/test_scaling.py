@@ -286,14 +286,16 @@ def test_training_processes_run_with_nvlink_multicast_off_unless_told_otherwise(
     assert process_env()["NCCL_NVLS_ENABLE"] == "1"
 
 
-def test_more_training_processes_than_gpus_is_refused_with_the_setting_named(monkeypatch):
+def test_training_processes_default_to_every_gpu_and_never_exceed_them(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    runner.check_process_count(2, on_cpu=False)
+    assert runner.resolve_process_count(0, on_cpu=False) == 2  # 0 = every visible GPU
+    assert runner.resolve_process_count(2, on_cpu=False) == 2
     with pytest.raises(ValueError, match=r"num_processes=4 but this host shows 2 CUDA GPU\(s\)"):
-        runner.check_process_count(4, on_cpu=False)
-    runner.check_process_count(4, on_cpu=True)  # gloo on CPU: any count
+        runner.resolve_process_count(4, on_cpu=False)
+    assert runner.resolve_process_count(0, on_cpu=True) == 1
+    assert runner.resolve_process_count(4, on_cpu=True) == 4  # gloo on CPU: any count
 
 
 @pytest.mark.integration

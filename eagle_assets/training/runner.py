@@ -103,15 +103,19 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
     return argv
 
 
-def check_process_count(num_processes: int, on_cpu: bool) -> None:
-    """One training process per GPU: more processes than visible GPUs would share devices (or fail
-    inside torchrun with a CUDA error far from the setting). On CPU any count runs (gloo)."""
+def resolve_process_count(num_processes: int, on_cpu: bool) -> int:
+    """Training processes to start: one per GPU. ``0`` means every visible GPU (one process without
+    GPUs). More processes than visible GPUs would share devices (or fail inside torchrun with a CUDA
+    error far from the setting), so that is refused; on CPU any count runs (gloo)."""
     import torch
 
     visible = torch.cuda.device_count()
+    if num_processes == 0:
+        return 1 if on_cpu else visible
     if not on_cpu and num_processes > visible:
         raise ValueError(f"num_processes={num_processes} but this host shows {visible} CUDA GPU(s): "
-                         f"set num_processes to at most {visible} (one training process per GPU)")
+                         f"set num_processes to at most {visible}, or 0 for every GPU (one training process per GPU)")
+    return num_processes
 
 
 def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_argv: list[str]) -> list[str]:
@@ -209,7 +213,8 @@ def train(data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: T
         return TrainingRun(run_dir, best_dir.resolve(), json.loads(done.read_text()))
     run_dir.mkdir(parents=True, exist_ok=True)
     on_cpu = needs_cpu_adaptations()
-    check_process_count(settings.num_processes, on_cpu)
+    # Resolved after the run folder is named: it stays keyed by the setting as given ("0" = every GPU).
+    settings = settings.model_copy(update={"num_processes": resolve_process_count(settings.num_processes, on_cpu)})
     argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu)
     command = launch_command(settings, metrics_file, argv)
     log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")

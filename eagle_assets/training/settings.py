@@ -31,8 +31,8 @@ class TrainingSettings(BaseModel):
         default="auto", description="Draft attention kernel; auto = flex attention on GPU, sdpa on CPU "
         "(flex attention has no CPU backward).")
     seed: int = Field(default=0, description="Seed for initialisation and packing order.")
-    num_processes: int = Field(default=1, ge=1, description="Training processes (GPUs); above 1 the run is "
-                               "launched with torchrun (data parallel).")
+    num_processes: int = Field(default=1, ge=0, description="Training processes, one per GPU; 0 = every "
+                               "visible GPU (1 without GPUs); above 1 the run is launched with torchrun (DDP).")
     dataloader_workers: int | None = Field(default=None, ge=0, description="DataLoader worker processes; "
                                            "unset = none on CPU, speculators' default (12) on GPU.")
     cpu_threads: int = Field(default=1, ge=1, description="Intra-op threads when training on CPU. Drafts "
