@@ -92,7 +92,8 @@ def train_side(name: str, root: Path, partition: str, resources: dict, prompts_c
         rows = static_sequences(root, partition, resources["verifier"])
         print(f"static: {rows} rows of prompt + original answer")
     materialize(assets, ["hidden_states"], resources, instance, partition, {"hidden_states": TRAIN_ONLY})
-    materialize(assets, ["eagle3_checkpoint"], resources, instance, None, {"eagle3_checkpoint": {"config": {"partitions": [partition]}}})
+    materialize(assets, ["eagle3_checkpoint"], resources, instance, None,
+                {"eagle3_checkpoint": {"config": {"partitions": [partition]}}})
     return latest_checkpoint(instance)
 
 

@@ -17,9 +17,6 @@ DEMO_OPS = {
     # The tiny verifier answers in ~100 tokens; a rare runaway sample would otherwise decode 8K tokens
     # alone at the end of the capture.
     "reasoning_samples": {"config": {"max_tokens": 1024}},
-    # Measured on the demo's draft (8 epochs on ~640 samples): lr 3e-3 reaches τ ≈ 3.7 at K=3, where
-    # speculators' default 1e-3 stops at ≈ 3.15 (still improving when the epochs run out).
-    "eagle3_checkpoint": {"config": {"lr": 0.003}},
     # The demo's promise, checked by eagle3_eval's floor check: τ >= 3.5 at K = 3 on held-out prompts.
     "eagle3_eval": {"config": {"min_acceptance_length": 3.5}},
 }
