@@ -162,24 +162,21 @@ def verifier_backends() -> dict[str, VerifierBackend]:
     return {name: obj for name, (obj, _) in verifier_backend_registrations().items()}
 
 
-def dataset_source(name: str) -> DatasetSource:
-    sources = dataset_sources()
-    if name not in sources:
+def _lookup(registered: dict, kind: str, name: str):
+    if name not in registered:
         raise KeyError(
-            f"unknown dataset source {name!r}; registered: {', '.join(sources) or 'none'}. "
+            f"unknown {kind} {name!r}; registered: {', '.join(registered) or 'none'}. "
             "Install or register the plugin that provides it (`eagle-assets plugins` lists them)."
         )
-    return sources[name]
+    return registered[name]
+
+
+def dataset_source(name: str) -> DatasetSource:
+    return _lookup(dataset_sources(), "dataset source", name)
 
 
 def verifier_backend(name: str) -> VerifierBackend:
-    backends = verifier_backends()
-    if name not in backends:
-        raise KeyError(
-            f"unknown verifier backend {name!r}; registered: {', '.join(backends) or 'none'}. "
-            "`eagle-assets plugins` lists them."
-        )
-    return backends[name]
+    return _lookup(verifier_backends(), "verifier backend", name)
 
 
 load_plugins()
