@@ -35,7 +35,10 @@ def model_config(recipe: TinyVerifierRecipe, vocab_size: int, pad_id: int, eos_i
 
 
 def _batches(rows: list[tuple[list[int], list[int]]], batch_size: int, pad_id: int, rng: random.Random):
-    """Endless shuffled batches, right-padded: (input_ids, attention_mask, labels).
+    """Endless shuffled batches, right-padded: (input_ids, labels).
+
+    No attention mask: with causal attention a real token never sees the padding to its right, and
+    padded positions carry no label, so the mask would only push SDPA off its fused causal kernel.
 
     Rows of similar length share a batch (sorted within windows of 32 batches), which cuts the
     padding that would otherwise cost a third of the CPU time.
@@ -53,14 +56,12 @@ def _batches(rows: list[tuple[list[int], list[int]]], batch_size: int, pad_id: i
             batch = [rows[i] for i in members]
             width = max(len(ids) for ids, _ in batch)
             ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
-            attn = torch.zeros((batch_size, width), dtype=torch.long)
             labels = torch.full((batch_size, width), -100, dtype=torch.long)
             for r, (row_ids, mask) in enumerate(batch):
                 n = len(row_ids)
                 ids[r, :n] = torch.tensor(row_ids)
-                attn[r, :n] = 1
                 labels[r, :n] = torch.tensor([t if m else -100 for t, m in zip(row_ids, mask)])
-            yield ids, attn, labels
+            yield ids, labels
 
 
 def train_model(
@@ -74,7 +75,8 @@ def train_model(
     model = Qwen3ForCausalLM(config)
     model.train()
     optim = torch.optim.AdamW(
-        model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.95)
+        model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.95),
+        fused=True,
     )
 
     def lr_at(step: int) -> float:
@@ -87,8 +89,8 @@ def train_model(
     batches = _batches(rows, recipe.batch_size, config.pad_token_id, random.Random(recipe.seed))
     started = last_log = time.monotonic()
     for step in range(recipe.train_steps):
-        ids, attn, labels = next(batches)
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        ids, labels = next(batches)
+        loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
