@@ -192,12 +192,16 @@ class FlakyProxy:
                 if fault == "timeout":
                     time.sleep(stall_s)  # the client gave up meanwhile; this answer goes nowhere
                     return None
-                self.relay(httpx.post(proxy.upstream + self.path, content=body,
-                                      headers={"content-type": "application/json"}, timeout=300))
+                response = httpx.post(proxy.upstream + self.path, content=body,
+                                      headers={"content-type": "application/json"}, timeout=300)
                 with proxy.lock:
                     proxy.relayed += 1
                     if proxy.relayed == die_after:
-                        threading.Thread(target=proxy.close).start()  # not from the serving thread
+                        # Stop listening before this answer goes out, so the client's next request
+                        # (concurrency 1) always finds the port closed. Handlers run in their own
+                        # threads, so shutting the serving loop down from here cannot deadlock.
+                        proxy.close()
+                self.relay(response)
 
             def relay(self, response: httpx.Response) -> None:
                 try:
