@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 HASH_CHUNK = 1 << 20
@@ -65,6 +66,15 @@ def combined_hash(parts: Iterable[str | bytes]) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
+
+
+def list_column_parts(column: pa.ChunkedArray | pa.Array) -> tuple[bytes, bytes]:
+    """A list column as (row lengths, flattened values) bytes for :func:`combined_hash`; null rows get -1."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return (
+        pc.fill_null(pc.list_value_length(column), -1).to_numpy().tobytes(),
+        pc.list_flatten(column).to_numpy().tobytes(),
+    )
 
 
 def remove_stale_temporaries(folder: Path) -> int:

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from eagle_assets.storage import combined_hash
+from eagle_assets.storage import combined_hash, list_column_parts
 
 SEQUENCES_SCHEMA = pa.schema(
     [
@@ -139,9 +138,7 @@ def content_hash(table: pa.Table) -> str:
     """Ids, splits and the exact token and mask values: what hidden states and training read."""
     parts: list[bytes | str] = ["\x1f".join(table["prompt_id"].to_pylist()), "\x1f".join(table["split"].to_pylist())]
     for name in ("input_ids", "loss_mask"):
-        column = table[name].combine_chunks()
-        parts.append(pc.list_value_length(column).to_numpy().tobytes())
-        parts.append(pc.list_flatten(column).to_numpy().tobytes())
+        parts += list_column_parts(table[name])
     return combined_hash(parts)[:16]
 
 

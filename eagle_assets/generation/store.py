@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.storage import combined_hash, remove_stale_temporaries, write_parquet
+from eagle_assets.storage import combined_hash, list_column_parts, remove_stale_temporaries, write_parquet
 
 SHARD_GLOB = "shard-*.parquet"
 
@@ -91,9 +91,7 @@ def content_hash(samples: pa.Table) -> str:
     for name in ("prompt_id", "status", "finish_reason", "reasoning", "content"):
         parts.append("\x1f".join(repr(v) for v in samples[name].to_pylist()))
     for name in ("prompt_token_ids", "token_ids"):
-        column = samples[name].combine_chunks()
-        parts.append(pc.fill_null(pc.list_value_length(column), -1).to_numpy().tobytes())
-        parts.append(pc.list_flatten(column).to_numpy().tobytes())
+        parts += list_column_parts(samples[name])
     return combined_hash(parts)[:16]
 
 
