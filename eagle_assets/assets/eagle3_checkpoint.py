@@ -70,10 +70,11 @@ def _choose_partitions(config: Eagle3TrainingConfig, all_keys: list[str], root: 
     return chosen
 
 
-def _latest_checkpoint(context) -> Path:
-    event = context.instance.get_latest_materialization_event(dg.AssetKey(ASSET))
+def latest_checkpoint(instance: dg.DagsterInstance) -> Path:
+    """The folder of the latest ``eagle3_checkpoint`` materialization (its ``path`` metadata)."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(ASSET))
     if event is None:
-        raise dg.Failure(f"{ASSET} has never been materialized")
+        raise dg.Failure(f"{ASSET} has never been materialized: materialize it first")
     return Path(event.asset_materialization.metadata["path"].value)
 
 
@@ -179,7 +180,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
                     description="The kept checkpoint loads with speculators (config, weights, vocab maps, verifier weights).")
     def loads_with_speculators(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        folder = _latest_checkpoint(context)
+        folder = latest_checkpoint(context.instance)
         model = load_with_speculators(folder)
         return dg.AssetCheckResult(
             passed=True,
@@ -192,7 +193,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                     "and with the hidden_states manifests the draft was trained on.")
     def matches_verifier(context: dg.AssetCheckExecutionContext, storage: StorageRoot,
                          verifier: Verifier) -> dg.AssetCheckResult:
-        folder = _latest_checkpoint(context)
+        folder = latest_checkpoint(context.instance)
         facts = verifier_facts(verifier.get_backend(), verifier.resolved_model_path())
         problems = []
         for manifest in _features_of(folder, Path(storage.root)):

@@ -17,11 +17,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from eagle_assets.assets import eagle3_checkpoint as checkpoint_asset
+from eagle_assets.assets import prompts as prompts_asset
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 from eagle_assets.storage import combined_hash, write_json, write_parquet
 
 ASSET = "eagle3_eval"
-CHECKPOINT_ASSET = "eagle3_checkpoint"
+CHECKPOINT_ASSET = checkpoint_asset.ASSET
 HELDOUT_SPLIT = "heldout"
 REPORT_FILE = "report.json"
 OUTPUTS_FILE = "greedy_outputs.parquet"
@@ -64,11 +66,8 @@ class Eagle3EvalConfig(dg.Config):
 
 
 def latest_checkpoint(instance: dg.DagsterInstance) -> Path:
-    """The folder of the latest ``eagle3_checkpoint`` materialization (its ``path`` metadata)."""
-    event = instance.get_latest_materialization_event(dg.AssetKey(CHECKPOINT_ASSET))
-    if event is None:
-        raise dg.Failure(f"{CHECKPOINT_ASSET} has never been materialized: materialize it first")
-    folder = Path(event.asset_materialization.metadata["path"].value)
+    """The latest ``eagle3_checkpoint`` folder, which must still exist to be served."""
+    folder = checkpoint_asset.latest_checkpoint(instance)
     if not (folder / "config.json").exists():
         raise dg.Failure(f"the latest {CHECKPOINT_ASSET} folder {folder} is gone: re-materialize {CHECKPOINT_ASSET}")
     return folder
@@ -87,7 +86,7 @@ def heldout_requests(root: Path, partitions: list[str], limit: int):
 
     rows = []
     for partition in partitions:
-        path = root / "prompts" / partition / "prompts.parquet"
+        path = root / "prompts" / partition / prompts_asset.FILE_NAME
         if not path.exists():
             raise dg.Failure(f"{path} is missing: materialize prompts for partition '{partition}' first")
         table = pq.read_table(path, columns=["prompt_id", "messages", "split"])

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
+from eagle_assets.assets import prompts as prompts_asset
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
 from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples
@@ -19,7 +20,6 @@ from eagle_assets.resources.vllm_server import VLLMServerError
 
 # Bump when the rows this asset writes for the same input would change.
 CODE_VERSION = "reasoning_samples-1"
-PROMPTS_FILE = "prompts.parquet"
 SPLITS = ("train", "heldout")
 PERCENTILES = (50, 90, 99)
 
@@ -66,7 +66,7 @@ class ReasoningSamplesConfig(dg.Config):
 
 
 def _read_prompts(storage: StorageRoot, partition: str, splits: list[str]) -> pa.Table:
-    path = storage.path("prompts", partition) / PROMPTS_FILE
+    path = storage.path("prompts", partition) / prompts_asset.FILE_NAME
     if not path.exists():
         raise dg.Failure(
             description=f"no prompts for partition {partition!r} at {path}: materialize the `prompts` asset "
