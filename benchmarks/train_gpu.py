@@ -10,9 +10,12 @@ random bf16 hidden states for aux layers [2, 16, 29] + the final layer are writt
 of the ``hidden_states`` asset. Both runs train a 1-layer EAGLE-3 draft (draft vocab 32000, ttt 3,
 8192-token packed rows, eager loss, Muon) on the same training folder:
 
-- ours: :func:`eagle_assets.training.runner.train` -- the ``eagle3_checkpoint`` asset's path;
+- ours: :func:`eagle_assets.training.runner.train` -- the ``eagle3_checkpoint`` asset's path: speculators'
+  trainer with one loader worker per spare CPU core (15 on a 16-core H200 host) whose large buffers stay
+  mapped between batches (:mod:`eagle_assets.training.loader_workers`), metrics recorded every 10 steps;
 - baseline: ``python -m speculators train`` with the same model/data flags and its own defaults
-  otherwise (vocab maps regenerated from the same ``token_freq.pt``, metrics logged every step).
+  otherwise (12 loader workers, vocab maps regenerated from the same ``token_freq.pt``, metrics logged
+  every step). It is stopped once its last epoch completes: its last validation and save are not timed.
 
 Throughput = trained tokens (the sampler's packed batches, after EAGLE-3's one-token shift) / wall
 time of epochs 2..N, timed from each process's "Training epoch k/N started|completed" lines (epoch 1
@@ -37,8 +40,10 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,18 +71,22 @@ EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
 
 
 class StampedLog:
-    """Prints each line of a training process and remembers when epochs started and ended."""
+    """Prints a training process's lines (``quiet``: only epoch lines) and remembers when epochs started and ended."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, quiet: bool = False):
         self.name = name
+        self.quiet = quiet
         self.marks: dict[tuple[int, str], float] = {}
+        self.tail: deque[str] = deque(maxlen=40)
 
     def info(self, line: str) -> None:
         now = time.perf_counter()
-        print(f"[{self.name}] {line}", flush=True)
+        self.tail.append(line)
         match = EPOCH_LINE.search(line)
         if match:
             self.marks[(int(match.group(1)), match.group(3))] = now
+        if match or not self.quiet:
+            print(f"[{self.name}] {line}", flush=True)
 
     warning = info
 
@@ -87,6 +96,25 @@ class StampedLog:
 
     def epoch_seconds(self, epochs: int) -> float:
         return sum(self.epoch_durations(epochs))
+
+
+def run_until_epoch_done(command: list[str], log: StampedLog, epochs: int, cwd: Path) -> None:
+    """Run a training command until it reports its last epoch completed, then stop it: its last
+    validation and checkpoint save are outside the timed window and would only cost device time."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            cwd=cwd, env=runner.process_env())
+    try:
+        for line in proc.stdout:
+            if line.strip():
+                log.info(line.rstrip())
+            if (epochs, "completed") in log.marks:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    if (epochs, "completed") not in log.marks:
+        sys.exit(f"{log.name} ended (exit {proc.returncode}) before epoch {epochs} completed; last lines:\n"
+                 + "\n".join(log.tail))
 
 
 def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int,
@@ -171,7 +199,8 @@ def main() -> None:
     if device == "cpu":
         return
 
-    baseline = StampedLog("speculators")
+    # speculators prints every step's metrics (~30 lines): only its epoch lines are echoed.
+    baseline = StampedLog("speculators", quiet=True)
     save = work / "speculators-cli"
     command = [sys.executable, "-m", "speculators", "train",
                "--verifier-name-or-path", str(verifier), "--data-path", str(data.path),
@@ -181,7 +210,7 @@ def main() -> None:
                "--mask-token-id", str(shape["eos_token_id"]), "--loss-implementation", "eager",
                "--seed", str(settings.seed), "--train-data-ratio", "0.9"]
     save.mkdir(parents=True)
-    runner.run_streaming(command, baseline, cwd=save)
+    run_until_epoch_done(command, baseline, args.epochs, cwd=save)
 
     theirs = epoch_report("speculators", baseline, epoch_tokens, args.epochs)
     print(f"train_throughput_ratio={ours / theirs:.3f}")

@@ -6,6 +6,7 @@ several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.training.launch ...`
 (config, draft model, data loaders, trainer, checkpointer -- all speculators). This module adds:
 
 - the CPU adaptations of :mod:`eagle_assets.training.cpu` when CUDA is absent;
+- loader workers that reuse their buffers (:mod:`eagle_assets.training.loader_workers`);
 - early stopping: training ends once validation loss has not improved for ``--early-stop-patience``
   epochs (speculators has no such option);
 - ``--metrics-file``: every metric record speculators logs, one JSON line each (rank 0), so the
@@ -114,8 +115,15 @@ def _install_early_stopping(patience: int) -> None:
     import torch
     from speculators.train import cli, trainer
 
+    from eagle_assets.training.loader_workers import keep_memory_in
+
     class EarlyStoppingTrainer(trainer.Trainer):
         """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            keep_memory_in(self.train_loader)
+            keep_memory_in(self.val_loader)
 
         def train_epoch(self, epoch, **kwargs):
             super().train_epoch(epoch, **kwargs)

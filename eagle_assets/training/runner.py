@@ -21,6 +21,7 @@ from pathlib import Path
 from eagle_assets.child_process import die_with_parent
 from eagle_assets.storage import combined_hash, write_json
 from eagle_assets.training.data_dir import TrainingData
+from eagle_assets.training.loader_workers import gpu_worker_count
 from eagle_assets.training.settings import TrainingSettings
 from eagle_assets.training.vocab import DraftVocab
 
@@ -92,10 +93,11 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         "log_freq": settings.log_every_steps,
     }
     workers = settings.dataloader_workers
-    if workers is None and on_cpu:
-        workers = 0  # spawned loader processes cost more than they save on a small CPU host
-    if workers is not None:
-        flags["num_workers"] = workers
+    if workers is None:
+        # On CPU spawned loader processes cost more than they save; on GPU hosts speculators' fixed
+        # 12 workers left an H200 waiting for batches (see loader_workers).
+        workers = 0 if on_cpu else gpu_worker_count(settings.num_processes)
+    flags["num_workers"] = workers
     argv = []
     for key, value in flags.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]

@@ -34,7 +34,7 @@ class TrainingSettings(BaseModel):
     num_processes: int = Field(default=1, ge=0, description="Training processes, one per GPU; 0 = every "
                                "visible GPU (1 without GPUs); above 1 the run is launched with torchrun (DDP).")
     dataloader_workers: int | None = Field(default=None, ge=0, description="DataLoader worker processes; "
-                                           "unset = none on CPU, speculators' default (12) on GPU.")
+                                           "unset = none on CPU; on GPU one per CPU core left to each training process.")
     cpu_threads: int = Field(default=1, ge=1, description="Intra-op threads when training on CPU. Drafts "
                              "of tiny verifiers gain little from more, and OpenMP threads on cores that other "
                              "processes also use run many times slower (measured 30x with 2 threads on 2 busy cores).")

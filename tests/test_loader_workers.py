@@ -1,0 +1,72 @@
+"""Loader workers keep their large buffers mapped, and GPU hosts get one worker per spare core."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from eagle_assets.training import loader_workers
+from eagle_assets.training.loader_workers import gpu_worker_count, keep_memory_in
+
+BUFFER_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MiB): mmap'd unless told otherwise
+
+
+def mapping_of(address: int) -> str:
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                return fields[5] if len(fields) > 5 else "anonymous mmap"
+    raise AssertionError(f"{address:#x} is in no mapping")
+
+
+class BigBuffers(Dataset):
+    """Reports where a freshly allocated packed-row-sized buffer lives, and which initialisers ran."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        buffer = torch.empty(BUFFER_BYTES, dtype=torch.uint8)
+        return mapping_of(buffer.data_ptr()), torch.utils.data.get_worker_info().seed == SEEN.get("seed")
+
+
+SEEN: dict = {}
+
+
+def speculators_like_init(worker_id: int) -> None:
+    SEEN["seed"] = torch.utils.data.get_worker_info().seed
+
+
+def loader() -> DataLoader:
+    # A spawned worker, as speculators starts them: both initialisers must survive pickling by name.
+    return DataLoader(BigBuffers(), batch_size=None, num_workers=1, multiprocessing_context="spawn",
+                      worker_init_fn=speculators_like_init)
+
+
+def test_workers_serve_large_buffers_from_the_heap_and_still_run_the_loaders_own_initialiser():
+    plain = loader()
+    assert [where for where, _ in plain] == ["anonymous mmap"] * 2
+
+    kept = loader()
+    keep_memory_in(kept)
+    assert isinstance(kept.worker_init_fn, functools.partial)
+    assert [tuple(item) for item in kept] == [("[heap]", True)] * 2
+
+
+def test_loaders_without_workers_are_left_alone():
+    plain = DataLoader(BigBuffers(), batch_size=None)
+    keep_memory_in(plain)
+    keep_memory_in(None)
+    assert plain.worker_init_fn is None
+
+
+def test_gpu_hosts_get_one_worker_per_core_left_to_each_training_process(monkeypatch):
+    monkeypatch.setattr(loader_workers.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert gpu_worker_count(1) == 15
+    assert gpu_worker_count(8) == 2  # two cores per GPU: never fewer than two workers
+    monkeypatch.setattr(loader_workers.os, "sched_getaffinity", lambda pid: set(range(128)))
+    assert gpu_worker_count(8) == 15
