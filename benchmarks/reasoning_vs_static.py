@@ -64,7 +64,7 @@ def materialize(assets, selection, resources, instance, partition=None, ops=None
 
 def static_sequences(root: Path, partition: str, verifier) -> int:
     """token_sequences of the static side: prompt + the dataset's reference answer, mask on the answer."""
-    table = pq.read_table(root / "prompts" / partition / "prompts.parquet")
+    table = pq.read_table(root / "prompts" / partition / prompts.FILE_NAME)
     rows = [r for r in table.to_pylist() if r["reference"]]
     # No server tokens: build_rows renders prompt + answer through the verifier's chat template.
     samples = pa.Table.from_pylist([
