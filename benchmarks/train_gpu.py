@@ -40,10 +40,8 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
-from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,11 +75,9 @@ class StampedLog:
         self.name = name
         self.quiet = quiet
         self.marks: dict[tuple[int, str], float] = {}
-        self.tail: deque[str] = deque(maxlen=40)
 
     def info(self, line: str) -> None:
         now = time.perf_counter()
-        self.tail.append(line)
         match = EPOCH_LINE.search(line)
         if match:
             self.marks[(int(match.group(1)), match.group(3))] = now
@@ -96,25 +92,6 @@ class StampedLog:
 
     def epoch_seconds(self, epochs: int) -> float:
         return sum(self.epoch_durations(epochs))
-
-
-def run_until_epoch_done(command: list[str], log: StampedLog, epochs: int, cwd: Path) -> None:
-    """Run a training command until it reports its last epoch completed, then stop it: its last
-    validation and checkpoint save are outside the timed window and would only cost device time."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            cwd=cwd, env=runner.process_env())
-    try:
-        for line in proc.stdout:
-            if line.strip():
-                log.info(line.rstrip())
-            if (epochs, "completed") in log.marks:
-                break
-    finally:
-        proc.kill()
-        proc.wait()
-    if (epochs, "completed") not in log.marks:
-        sys.exit(f"{log.name} ended (exit {proc.returncode}) before epoch {epochs} completed; last lines:\n"
-                 + "\n".join(log.tail))
 
 
 def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int,
@@ -210,7 +187,10 @@ def main() -> None:
                "--mask-token-id", str(shape["eos_token_id"]), "--loss-implementation", "eager",
                "--seed", str(settings.seed), "--train-data-ratio", "0.9"]
     save.mkdir(parents=True)
-    run_until_epoch_done(command, baseline, args.epochs, cwd=save)
+    # Stopped once its last epoch completes: its last validation and save are not timed.
+    runner.run_streaming(command, baseline, cwd=save, done=lambda: (args.epochs, "completed") in baseline.marks)
+    if (args.epochs, "completed") not in baseline.marks:
+        sys.exit(f"speculators train exited before epoch {args.epochs}/{args.epochs} completed")
 
     theirs = epoch_report("speculators", baseline, epoch_tokens, args.epochs)
     print(f"train_throughput_ratio={ours / theirs:.3f}")

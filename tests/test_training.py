@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -215,3 +216,20 @@ def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_veri
     assert meta["partitions"].value == PARTITION and meta["rows"].value == train_rows
     config = json.loads((Path(meta["path"].value) / "config.json").read_text())
     assert config["speculators_config"]["verifier"]["name_or_path"] == str(tiny_verifier)
+
+
+def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_path):
+    from eagle_assets.training.runner import run_streaming
+
+    class Lines:
+        def __init__(self):
+            self.lines = []
+
+        def info(self, line):
+            self.lines.append(line)
+
+    log = Lines()
+    endless = [sys.executable, "-c", "import itertools, time\nfor i in itertools.count():\n    print(i, flush=True)\n"
+               "    time.sleep(0.01)"]
+    run_streaming(endless, log, cwd=tmp_path, done=lambda: "3" in log.lines)
+    assert log.lines == ["0", "1", "2", "3"]

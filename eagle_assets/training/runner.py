@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,8 +137,11 @@ def process_env() -> dict[str, str]:
     return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
 
 
-def run_streaming(command: list[str], log, cwd: Path) -> None:
-    """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure."""
+def run_streaming(command: list[str], log, cwd: Path, done: Callable[[], bool] | None = None) -> None:
+    """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure.
+
+    ``done``, checked after each line: once it is true nothing more is wanted from the process, which is
+    killed (a benchmark stops a trainer once its timed epochs are over)."""
     env = process_env()
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -148,6 +152,10 @@ def run_streaming(command: list[str], log, cwd: Path) -> None:
             if line:
                 tail.append(line)
                 log.info(line)
+            if done is not None and done():
+                proc.kill()
+                proc.wait()
+                return
         code = proc.wait()
     except BaseException:
         # Interrupted (e.g. the run was cancelled): SIGTERM lets speculators save an interrupt checkpoint.
