@@ -1,8 +1,8 @@
 """The experiment behind the project: a draft trained on the verifier's own reasoning versus one
 trained on the dataset's original responses.
 
-Same prompts (the ``demo`` source by default), same training recipe (``eagle3_checkpoint``'s
-defaults), same verifier; only the training text differs:
+Same prompts (the ``demo`` source by default), same training recipe (the demo's, from
+``eagle_assets.demo.DEMO_OPS``), same verifier; only the training text differs:
 
 * **reasoning** — the pipeline as it is: the verifier regenerates every train prompt through vLLM
   (``reasoning_samples``), rows are its exact tokens (``token_sequences``);
@@ -33,6 +33,7 @@ from eagle_assets.assets import eagle3_checkpoint, hidden_states, prompts, reaso
 from eagle_assets.assets.eagle3_eval import heldout_requests, latest_checkpoint
 from eagle_assets.assets.token_sequences import renderer
 from eagle_assets.definitions import build_definitions
+from eagle_assets.demo import DEMO_OPS
 from eagle_assets.evaluation.run import evaluate, replaced
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
@@ -92,8 +93,8 @@ def train_side(name: str, root: Path, partition: str, resources: dict, prompts_c
         rows = static_sequences(root, partition, resources["verifier"])
         print(f"static: {rows} rows of prompt + original answer")
     materialize(assets, ["hidden_states"], resources, instance, partition, {"hidden_states": TRAIN_ONLY})
-    materialize(assets, ["eagle3_checkpoint"], resources, instance, None,
-                {"eagle3_checkpoint": {"config": {"partitions": [partition]}}})
+    recipe = {**DEMO_OPS["eagle3_checkpoint"]["config"], "partitions": [partition]}
+    materialize(assets, ["eagle3_checkpoint"], resources, instance, None, {"eagle3_checkpoint": {"config": recipe}})
     return latest_checkpoint(instance)
 
 

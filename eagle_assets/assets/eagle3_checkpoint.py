@@ -24,12 +24,12 @@ from eagle_assets.training.checkpoint import (
     verifier_mismatches,
 )
 from eagle_assets.training.data_dir import FeatureManifest, TrainingDataError, build_training_data
-from eagle_assets.training.settings import TrainingSettings
+from eagle_assets.training.settings import TrainingSettings, VerifierShape, resolve_settings
 
 ASSET = "eagle3_checkpoint"
 UPSTREAM = ("token_sequences", "hidden_states")
 # Bump when the same inputs and settings would train a different checkpoint.
-CODE_VERSION = "eagle3_checkpoint-1"
+CODE_VERSION = "eagle3_checkpoint-2"
 WORK_DIR = "_work"
 LATEST_FILE = "latest.json"
 TRAINING_FILE = "training.json"
@@ -121,6 +121,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 f"{manifest.verifier_id}), but the verifier resource is {model_path} (identity {verifier.identity()}): "
                 "re-materialize hidden_states, or point verifier.model_path at the captured verifier"
             )
+        settings, resolved = resolve_settings(settings, VerifierShape.of(backend.text_config(model_path)))
+        for name, how in resolved.items():
+            context.log.info(f"{name} unset: {how}")
         context.log.info(
             f"training data: {data.num_rows} rows ({data.num_tokens} tokens, {data.num_supervised_tokens} "
             f"supervised) from {chosen}; verifier {model_path}, aux layers {manifest.aux_layer_ids}"
@@ -136,6 +139,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         summary = run.summary
         training = {
             "settings": settings.model_dump(),
+            "resolved_from_verifier": resolved,
             "code_version": CODE_VERSION,
             "data": {"partitions": chosen, "folder": str(data.path), "content_hash": data.content_hash,
                      "rows": data.num_rows, "tokens": data.num_tokens, "supervised_tokens": data.num_supervised_tokens,

@@ -210,8 +210,15 @@ def summarize_metrics(metrics_file: Path) -> dict:
 
 def train(data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: TrainingSettings,
           work_root: Path, log) -> TrainingRun:
-    """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder."""
+    """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder.
+    ``settings`` must be complete (:func:`~eagle_assets.training.settings.resolve_settings`)."""
     from eagle_assets.training.cpu import needs_cpu_adaptations
+    from eagle_assets.training.settings import RESOLVED_FIELDS
+
+    unset = [name for name in RESOLVED_FIELDS if getattr(settings, name) is None]
+    if unset:
+        raise ValueError(f"training settings {unset} are unset: set them, or fill them for the verifier with "
+                         "eagle_assets.training.settings.resolve_settings")
 
     run_dir = run_dir_for(work_root, data, settings)
     save_path = run_dir / "checkpoints"

@@ -1,16 +1,17 @@
 """Draft-training hyperparameters: one pydantic model, shared by the asset's launchpad config and scripts.
 
-Defaults are the recipe that trains the embedded tiny verifier's draft to acceptance length >= 3.5 at
-three speculative tokens in a few CPU minutes; everything else is speculators' own default. Measured on
-the demo partition (638 train rows, 66K tokens), validation accuracy per TTT step after 3 epochs:
-lr 1e-3 / 1024-token rows 0.69/0.50/0.37 (8 epochs: 0.79/0.64/0.53, vLLM tau 2.98); lr 3e-3 / 1024
-0.94/0.89/0.84; lr 3e-3 / 512 0.94/0.89/0.84 after 2 epochs already. Hence lr 3e-3, 512-token rows. speculators 0.9.0's trainer has
-no gradient accumulation: one optimizer step sees ``total_seq_len`` tokens per process, so the batch
-grows with ``num_processes`` (data parallel through ``torchrun``).
+Row length, draft vocabulary and learning rate fit the verifier unless set: :func:`resolve_settings`
+fills them from its text config and speculators' own recipe (read from speculators itself), so a
+Kimi-K2.5 run with defaults trains on whole 8K-token reasoning samples and a 32K draft vocabulary. The
+embedded demo's small recipe (512-token rows, 256-token draft vocabulary, lr 3e-3, tuned on the tiny
+verifier) lives in the demo's own run config (``eagle_assets.demo.DEMO_OPS``). speculators 0.9.0's
+trainer has no gradient accumulation: one optimizer step sees ``total_seq_len`` tokens per process, so
+the batch grows with ``num_processes`` (data parallel through ``torchrun``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -20,13 +21,16 @@ class TrainingSettings(BaseModel):
     num_layers: int = Field(default=1, ge=1, description="Draft decoder layers.")
     ttt_steps: int = Field(default=3, ge=1, description="Test-time-training steps the draft is unrolled over "
                            "(train for as many steps as the speculative tokens you will serve).")
-    lr: float = Field(default=3e-3, gt=0, description="Learning rate (Muon for 2-D weights, AdamW for the rest; "
-                      "speculators' default is 1e-3).")
+    lr: float | None = Field(default=None, gt=0, description="Learning rate (Muon for 2-D weights, AdamW for "
+                             "the rest); unset = speculators' default (1e-3).")
     epochs: int = Field(default=5, ge=1, description="Maximum training epochs.")
-    draft_vocab_size: int = Field(default=256, ge=1, description="Draft vocabulary size: the most frequent "
-                                  "supervised tokens. Production verifiers use about 32000.")
-    total_seq_len: int = Field(default=512, ge=16, description="Tokens per packed training row (= per "
-                               "optimizer step and process); longer samples are truncated.")
+    draft_vocab_size: int | None = Field(default=None, ge=1, description="Draft vocabulary size: the most "
+                                         "frequent supervised tokens; unset = speculators' 32000, or half the "
+                                         "verifier's vocabulary when that is smaller.")
+    total_seq_len: int | None = Field(default=None, ge=16, description="Tokens per packed training row (= per "
+                                      "optimizer step and process; longer samples are truncated); unset = a "
+                                      "prompt allowance plus the 8K generation budget, capped at the "
+                                      "verifier's context.")
     attention_impl: Literal["auto", "simple_flex_attention", "sdpa", "eager"] = Field(
         default="auto", description="Draft attention kernel; auto = flex attention on GPU, sdpa on CPU "
         "(flex attention has no CPU backward).")
@@ -44,3 +48,56 @@ class TrainingSettings(BaseModel):
                                      "better validation loss (0: never stop early).")
     log_every_steps: int = Field(default=10, ge=1, description="Record training metrics every N optimizer "
                                  "steps (each record synchronises the GPU, so keep it above 1 there).")
+
+
+# reasoning_samples' default max_tokens: the longest completion a sample can hold.
+GENERATION_BUDGET = 8192
+# Room for the prompt in front of it (chat template and system prompt included).
+PROMPT_ALLOWANCE = 1024
+RESOLVED_FIELDS = ("total_seq_len", "draft_vocab_size", "lr")
+
+
+@dataclass(frozen=True)
+class VerifierShape:
+    """What the defaults depend on: the verifier's vocabulary and context length."""
+
+    vocab_size: int
+    context_length: int | None  # max_position_embeddings; None when the config does not say
+
+    @classmethod
+    def of(cls, text_config) -> VerifierShape:
+        """From the decoder's config (a backend's ``text_config``: the nested one for Kimi-K2.5)."""
+        context = getattr(text_config, "max_position_embeddings", None)
+        return cls(int(text_config.vocab_size), int(context) if context else None)
+
+
+def speculators_recipe() -> dict[str, float | int]:
+    """speculators' own defaults for EAGLE-3 training, read from speculators 0.9's config classes."""
+    from speculators.models.eagle3.config import Eagle3SpeculatorConfig
+    from speculators.train.config.schema import DataArgs, OptimizerArgs
+
+    return {"lr": OptimizerArgs.model_fields["lr"].default,
+            "total_seq_len": DataArgs.model_fields["total_seq_len"].default,
+            "draft_vocab_size": Eagle3SpeculatorConfig.model_fields["draft_vocab_size"].default}
+
+
+def resolve_settings(settings: TrainingSettings, shape: VerifierShape,
+                     recipe: dict[str, float | int] | None = None) -> tuple[TrainingSettings, dict[str, str]]:
+    """``settings`` with every unset field of :data:`RESOLVED_FIELDS` filled for this verifier, and, for
+    each field filled, how its value was reached (for the step log and lineage). Set fields win."""
+    recipe = recipe or speculators_recipe()
+    whole_sample = PROMPT_ALLOWANCE + GENERATION_BUDGET
+    rows = min(whole_sample, shape.context_length) if shape.context_length else whole_sample
+    # A pruned draft head only pays off when the vocabulary is large; for small ones keep the
+    # frequent half, so the head still differs from the verifier's (vLLM loads such a draft with d2t/t2d).
+    vocab = min(int(recipe["draft_vocab_size"]), max(1, shape.vocab_size // 2))
+    candidates = {
+        "total_seq_len": (rows, f"prompt allowance {PROMPT_ALLOWANCE} + generation budget {GENERATION_BUDGET}"
+                                f", capped at the verifier's context {shape.context_length}"),
+        "draft_vocab_size": (vocab, f"min(speculators' {recipe['draft_vocab_size']}, half the verifier's "
+                                    f"vocabulary {shape.vocab_size})"),
+        "lr": (recipe["lr"], "speculators' default"),
+    }
+    filled = {name: candidates[name] for name in RESOLVED_FIELDS if getattr(settings, name) is None}
+    resolved = settings.model_copy(update={name: value for name, (value, _) in filled.items()})
+    return resolved, {name: f"{value} ({why})" for name, (value, why) in filled.items()}
