@@ -7,30 +7,30 @@
 The verifier folder holds only ``config.json`` and a ``model.safetensors`` with random
 ``model.embed_tokens.weight``, ``lm_head.weight`` and ``model.norm.weight`` (all speculators reads);
 random bf16 hidden states for aux layers [2, 16, 29] + the final layer are written in the storage layout
-of the ``hidden_states`` asset. Both runs train a 1-layer EAGLE-3 draft (draft vocab 32000, ttt 3,
-8192-token packed rows, eager loss, Muon) on the same training folder:
+of the ``hidden_states`` asset. Every run trains a 1-layer EAGLE-3 draft (draft vocab 32000, ttt 3,
+8192-token packed rows, eager loss, Muon, lr 1e-3, seed 0) on the same training folder, and every run
+records its metrics every 10th step:
 
-- ours: :func:`eagle_assets.training.runner.train` -- the ``eagle3_checkpoint`` asset's path: speculators'
+- ``ours``: the ``eagle3_checkpoint`` asset's command (:mod:`eagle_assets.training.runner`): speculators'
   trainer with one loader worker per spare CPU core (15 on a 16-core H200 host) whose large buffers stay
-  mapped between batches (:mod:`eagle_assets.training.loader_workers`), metrics recorded every 10 steps;
-- baseline: ``python -m speculators train`` with the same model/data flags and its own defaults
-  otherwise (12 loader workers, vocab maps regenerated from the same ``token_freq.pt``, metrics logged
-  every step). It is stopped once its last epoch completes: its last validation and save are not timed.
+  mapped between batches (:mod:`eagle_assets.training.loader_workers`);
+- ``speculators``: ``python -m speculators train`` with the same model/data flags, ``--log-freq 10`` (its
+  own code says to keep log_freq > 1 for speed) and its own defaults otherwise (12 loader workers);
+- ``speculators-wN``: the same CLI given our worker count too (``--num-workers N``): our change *is*
+  the loader (its worker count and memory reuse), so both baselines are shown.
 
-Throughput = trained tokens (the sampler's packed batches, after EAGLE-3's one-token shift) / wall
-time of epochs 2..N, timed from each process's "Training epoch k/N started|completed" lines (epoch 1
-holds torch.compile's warm-up and the loader workers' start; validation and checkpoint saves fall
-outside the window). Both processes end an epoch's window only once its GPU work is done: speculators
-synchronises at every step (``--log-freq 1``, its default), ours at every 10th step and at the epoch's
-end. The same epochs of the same data are timed for both, so both count the same tokens.
+The variants run one after another in a rotating order (repeat 1: A B C, repeat 2: B C A, ...),
+``--repeats`` times. Throughput = trained tokens (the sampler's packed batches, after EAGLE-3's one-token
+shift) / wall time of epochs 2..N, timed from each process's "Training epoch k/N started|completed"
+lines (epoch 1 holds torch.compile's warm-up and the loader workers' start; validation and checkpoint
+saves fall outside the window). Each process is stopped once its last epoch completes. Start-up (process
+start to "epoch 1 started": imports, verifier head and data loads) is reported apart. Printed: every
+setting of every side, each run's tokens/s, per variant the median and spread (max-min)/median, and
+``train_throughput_ratio`` = median(ours) / median(speculators) (plus the same-workers ratio).
 
-Sizes: the default 600 rows of 1536-2048 tokens (~1M training tokens) make each timed epoch last
-about 20 s on an H200 (shorter epochs are dominated by the ~1 s the loader needs to start an epoch).
-Only ``--distinct-rows`` of them are different tensor files (the rest repeat them under their own
-prompt ids), so writing the data costs seconds, not 30 GB; everything is flushed to disk before
-training and read from the page cache by both runs alike.
-Printed: per-epoch tokens/s of both (and their spread), both totals and
-``train_throughput_ratio=<ours/speculators>``.
+Sizes: rows of 1536-2048 tokens; only ``--distinct-rows`` of them are different tensor files (the rest
+repeat them under their own prompt ids), so writing the data costs seconds; everything is flushed to
+disk before training and read from the page cache by every run alike.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 
 from eagle_assets.training import runner  # noqa: E402
 from eagle_assets.training.data_dir import build_training_data  # noqa: E402
+from eagle_assets.training.loader_workers import gpu_worker_count  # noqa: E402
 from eagle_assets.training.settings import TrainingSettings  # noqa: E402
 from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 from eagle_assets.training.vocab import build_draft_vocab  # noqa: E402
@@ -74,6 +76,7 @@ class StampedLog:
     def __init__(self, name: str, quiet: bool = False):
         self.name = name
         self.quiet = quiet
+        self.created = time.perf_counter()
         self.marks: dict[tuple[int, str], float] = {}
 
     def info(self, line: str) -> None:
@@ -90,8 +93,9 @@ class StampedLog:
         """Seconds of each timed epoch (2..``epochs``)."""
         return [self.marks[(k, "completed")] - self.marks[(k, "started")] for k in range(2, epochs + 1)]
 
-    def epoch_seconds(self, epochs: int) -> float:
-        return sum(self.epoch_durations(epochs))
+    def startup_seconds(self) -> float:
+        """From the process's start to its first epoch: imports, verifier head, data."""
+        return self.marks[(1, "started")] - self.created
 
 
 def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int,
@@ -114,27 +118,54 @@ def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, se
     return total
 
 
-def epoch_report(name: str, log: StampedLog, epoch_tokens: list[int], epochs: int) -> float:
-    """Print per-epoch tokens/s of one run and their spread; return the run's overall tokens/s."""
-    seconds = log.epoch_durations(epochs)
-    rates = [tokens / secs for tokens, secs in zip(epoch_tokens, seconds, strict=True)]
-    overall = sum(epoch_tokens) / sum(seconds)
-    spread = (max(rates) - min(rates)) / statistics.mean(rates)
-    print(f"{name}: epoch seconds {' '.join(f'{s:.1f}' for s in seconds)}; tokens/s per epoch "
-          f"{' '.join(f'{r:.0f}' for r in rates)}; spread (max-min)/mean {spread:.1%}", flush=True)
-    print(f"{name}_tokens_per_s={overall:.0f}", flush=True)
-    return overall
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, layer_ids: list[int], shape: dict,
+                     workers: int) -> dict[str, Callable[[Path], list[str]]]:
+    """Each variant's command line for a fresh save folder (named by the repeat)."""
+
+    def ours(save: Path) -> list[str]:
+        argv = runner.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
+        return runner.launch_command(settings, save / "metrics.jsonl", argv)
+
+    def cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
+        return [sys.executable, "-m", "speculators", "train",
+                "--verifier-name-or-path", str(verifier), "--data-path", str(data.path),
+                "--save-path", str(save / "checkpoints"), "--log-dir", str(save / "logs"),
+                "--draft-vocab-size", str(vocab.size), "--total-seq-len", str(settings.total_seq_len),
+                "--epochs", str(settings.epochs), "--target-layer-ids", *map(str, layer_ids[:-1]),
+                "--mask-token-id", str(shape["eos_token_id"]), "--loss-implementation", "eager",
+                "--seed", str(settings.seed), "--lr", str(settings.lr), "--train-data-ratio",
+                str(1 - settings.validation_fraction), "--log-freq", str(settings.log_every_steps), *extra]
+
+    return {"ours": ours, "speculators": cli,
+            f"speculators-w{workers}": lambda save: cli(save, ("--num-workers", str(workers)))}
+
+
+def timed_run(name: str, command: list[str], save: Path, epochs: int) -> StampedLog:
+    """One training process, stopped once its last epoch completes (its last validation/save are untimed)."""
+    save.mkdir(parents=True)
+    log = StampedLog(name, quiet=True)
+    runner.run_streaming(command, log, cwd=save, done=lambda: (epochs, "completed") in log.marks)
+    if (epochs, "completed") not in log.marks:
+        sys.exit(f"{name} exited before epoch {epochs}/{epochs} completed")
+    return log
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run at a tiny shape")
     parser.add_argument("--work", type=Path, default=Path("/tmp/eagle_train_bench"))
-    parser.add_argument("--rows", type=int, default=600)
+    parser.add_argument("--rows", type=int, default=240)
     parser.add_argument("--distinct-rows", type=int, default=64,
                         help="different tensor files among the rows (the rest repeat them)")
     parser.add_argument("--seq-len", type=int, nargs=2, default=(1536, 2048), metavar=("MIN", "MAX"))
-    parser.add_argument("--epochs", type=int, default=3, help="epochs 2..N are timed (epoch 1 compiles)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs 2..N are timed (epoch 1 compiles)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, in rotating order")
+    parser.add_argument("--variants", nargs="*", default=None,
+                        help="subset of: ours speculators speculators-wN (default: all)")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
@@ -155,49 +186,67 @@ def main() -> None:
     write_random_features(storage, "bench", verifier_path=verifier, layer_ids=layer_ids,
                           hidden_size=shape["hidden_size"], vocab_size=shape["vocab_size"], num_rows=args.rows,
                           seq_len=tuple(args.seq_len), device=device, distinct_rows=args.distinct_rows)
-    log = StampedLog("ours")
-    data = build_training_data(storage, ["bench"], work, log=log)
-    vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=log)
+    setup_log = StampedLog("setup")
+    data = build_training_data(storage, ["bench"], work, log=setup_log)
+    vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=setup_log)
     os.sync()  # no write-back of the fresh files while the first run is being timed
     print(f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
           flush=True)
 
     settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
-                                validation_fraction=0.1, early_stop_patience=0)
-    runner.train(data, vocab, str(verifier), settings, work, log)
-
-    epoch_tokens = [tokens_per_epoch(data.path, 0.9, total_seq_len, settings.seed, e) for e in range(1, args.epochs)]
-    print(f"device={torch.cuda.get_device_name() if device == 'cuda' else 'cpu'} "
-          f"shape={'tiny' if args.tiny else 'llama-3.1-8b'} epochs_timed={args.epochs - 1} "
-          f"tokens_timed={sum(epoch_tokens)} (per epoch {' '.join(map(str, epoch_tokens))})")
-    ours = epoch_report("ours", log, epoch_tokens, args.epochs)
-    if out:
-        (out / "train_gpu.txt").write_text(f"ours_tokens_per_s={ours:.0f}\n")
-    if device == "cpu":
+                                validation_fraction=0.1, early_stop_patience=0, log_every_steps=10)
+    if device == "cpu":  # no baseline on CPU: our path once, through the asset's own entry point
+        runner.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))
         return
 
-    # speculators prints every step's metrics (~30 lines): only its epoch lines are echoed.
-    baseline = StampedLog("speculators", quiet=True)
-    save = work / "speculators-cli"
-    command = [sys.executable, "-m", "speculators", "train",
-               "--verifier-name-or-path", str(verifier), "--data-path", str(data.path),
-               "--save-path", str(save / "checkpoints"), "--log-dir", str(save / "logs"),
-               "--draft-vocab-size", str(draft_vocab), "--total-seq-len", str(total_seq_len),
-               "--epochs", str(args.epochs), "--target-layer-ids", *map(str, layer_ids[:-1]),
-               "--mask-token-id", str(shape["eos_token_id"]), "--loss-implementation", "eager",
-               "--seed", str(settings.seed), "--train-data-ratio", "0.9"]
-    save.mkdir(parents=True)
-    # Stopped once its last epoch completes: its last validation and save are not timed.
-    runner.run_streaming(command, baseline, cwd=save, done=lambda: (args.epochs, "completed") in baseline.marks)
-    if (args.epochs, "completed") not in baseline.marks:
-        sys.exit(f"speculators train exited before epoch {args.epochs}/{args.epochs} completed")
+    workers = gpu_worker_count(settings.num_processes)
+    commands = variant_commands(settings, data, vocab, verifier, layer_ids, shape, workers)
+    names = args.variants or list(commands)
+    unknown = set(names) - set(commands)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {list(commands)}")
+    epoch_tokens = [tokens_per_epoch(data.path, 1 - settings.validation_fraction, total_seq_len, settings.seed, e)
+                    for e in range(1, args.epochs)]
+    print(f"device={torch.cuda.get_device_name()} shape=llama-3.1-8b aux+final={layer_ids} rows={data.num_rows} "
+          f"epochs={args.epochs} (timed 2..{args.epochs}) tokens_timed_per_run={sum(epoch_tokens)} "
+          f"repeats={args.repeats} order=rotating", flush=True)
+    for name in names:
+        print(f"settings[{name}]: {' '.join(commands[name](work / 'SAVE'))}", flush=True)
 
-    theirs = epoch_report("speculators", baseline, epoch_tokens, args.epochs)
-    print(f"train_throughput_ratio={ours / theirs:.3f}")
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    startups: dict[str, list[float]] = {name: [] for name in names}
+    lines = []
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names):] + names[: repeat % len(names)]
+        for name in order:
+            save = work / f"{name}-{repeat}"
+            log = timed_run(name, commands[name](save), save, args.epochs)
+            rate = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs))
+            rates[name].append(rate)
+            startups[name].append(log.startup_seconds())
+            line = (f"run repeat={repeat + 1} {name}: startup {log.startup_seconds():.1f}s, timed epochs "
+                    f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s")
+            print(line, flush=True)
+            lines.append(line)
+            shutil.rmtree(save, ignore_errors=True)  # checkpoints of an 8B-shaped draft are GBs
+            if out:
+                (out / "train_gpu_runs.txt").write_text("\n".join(lines) + "\n")
+
+    summary = []
+    for name in names:
+        summary.append(f"{name}: tokens/s median {statistics.median(rates[name]):.0f} (runs "
+                       f"{' '.join(f'{r:.0f}' for r in rates[name])}; spread {spread(rates[name]):.1%}); "
+                       f"start-up median {statistics.median(startups[name]):.1f}s")
+        summary.append(f"{name.replace('-', '_')}_tokens_per_s={statistics.median(rates[name]):.0f}")
+    for name in names[1:]:
+        if "ours" in rates:
+            key = "train_throughput_ratio" if name == "speculators" else f"train_throughput_ratio_vs_{name}"
+            paired = [a / b for a, b in zip(rates["ours"], rates[name])]
+            summary.append(f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
+                           f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})")
+    print("\n".join(summary), flush=True)
     if out:
-        (out / "train_gpu.txt").write_text(
-            f"ours_tokens_per_s={ours:.0f}\nspeculators_tokens_per_s={theirs:.0f}\n"
-            f"train_throughput_ratio={ours / theirs:.3f}\n")
+        (out / "train_gpu.txt").write_text("\n".join(lines + summary) + "\n")
 
 
 if __name__ == "__main__":
