@@ -18,10 +18,11 @@ from eagle_assets.backends import ExtractionRequest
 from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, load_sample, relative_path
 from eagle_assets.parallel_extraction import extract_on_devices
 from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.splits import read_current_splits
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
 from eagle_assets.tokenization import list_rows
 
-CODE_VERSION = "hidden_states-1"
+CODE_VERSION = "hidden_states-2"  # 2: index without a split column (splits come from the prompts table)
 INDEX_FILE = "index.parquet"
 MANIFEST_FILE = "manifest.json"
 LOG_EVERY_S = 5.0
@@ -33,7 +34,6 @@ CHECK_SAMPLE = 16
 INDEX_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
-        ("split", pa.string()),
         ("content_id", pa.string()),
         ("file", pa.string()),  # relative to the partition folder
         ("seq_len", pa.int32()),
@@ -46,7 +46,8 @@ class HiddenStatesConfig(dg.Config):
     """Launchpad settings of the ``hidden_states`` asset."""
 
     splits: list[str] = Field(
-        default_factory=list, description="Only rows of these splits (e.g. ['train']); empty = every token_sequences row."
+        default_factory=list, description="Only rows of these splits, as the current prompts table assigns them "
+        "(e.g. ['train', 'validation'], what the checkpoint reads); empty = every token_sequences row."
     )
     disk_headroom_gb: float = Field(
         default=2.0, ge=0.0,
@@ -127,10 +128,14 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         source = storage.path("token_sequences", partition) / SEQUENCES_FILE
         if not source.exists():
             raise dg.Failure(description=f"{source} is missing: materialize token_sequences[{partition}] first")
-        rows = pq.read_table(source, columns=["prompt_id", "split", "input_ids", "seq_len"])
+        rows = pq.read_table(source, columns=["prompt_id", "input_ids", "seq_len"])
         if config.splits:
-            keep = [s in config.splits for s in rows["split"].to_pylist()]
-            rows = rows.filter(pa.array(keep))
+            try:
+                current = read_current_splits(storage.root, partition)
+            except FileNotFoundError as err:
+                raise dg.Failure(description=str(err)) from None
+            keep = [current.get(pid, ("", ""))[0] in config.splits for pid in rows["prompt_id"].to_pylist()]
+            rows = rows.filter(pa.array(keep, pa.bool_()))
         backend, model_path = verifier.get_backend(), verifier.resolved_model_path()
         try:
             devices = verifier.extraction_devices()
@@ -173,7 +178,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         for cid in set(cids) - hashes.keys():  # finished by a killed run that never wrote its index
             hashes[cid] = file_sha256(folder / relative_path(cid))
         index = pa.table(
-            {"prompt_id": rows["prompt_id"], "split": rows["split"], "content_id": cids,
+            {"prompt_id": rows["prompt_id"], "content_id": cids,
              "file": [relative_path(c) for c in cids], "seq_len": rows["seq_len"],
              "sha256": [hashes[c] for c in cids]},
             schema=INDEX_SCHEMA,
