@@ -1,14 +1,20 @@
 """Hidden-state extraction throughput: the ``transformers`` backend vs a naive loop, same job.
 
-    python benchmarks/hidden_states_gpu.py            # one GPU: Llama-3.1-8B shape, 2048-token rows
+    python benchmarks/hidden_states_gpu.py            # one GPU: Llama-3.1-8B shape, rows of 512-2048 tokens
     python benchmarks/hidden_states_gpu.py --tiny     # CPU smoke run of the same code, tiny shape
 
 The verifier is built from the Llama-3.1-8B config with random bf16 weights (nothing downloaded);
-the captured layers are EAGLE-3's defaults [2, 16, 29] plus the pre-norm final state. Both paths
-write every sample the way the ``hidden_states`` asset does (safetensors, sha256, fsync, atomic
-rename; files are deleted right after so the disk does not fill). Printed: tokens/s, model FLOP
-utilisation against a bf16 matmul peak measured in this job, the forward-only ceiling, and the
-ratio against the naive per-sample ``output_hidden_states=True`` loop.
+the captured layers are EAGLE-3's defaults [2, 16, 29] plus the pre-norm final state. Rows have mixed
+random lengths (``--lengths``), so the extractor's length bucketing and padding are exercised. Both paths
+write every sample the way the ``hidden_states`` asset does (safetensors, sha256, fsync, atomic rename;
+files are deleted right after so the disk does not fill). The two paths alternate, ``--repeats`` times.
+
+Before timing, both paths extract the same mixed-length rows and their tensors are compared (the naive
+loop's last state is transformers' post-norm one, so the extractor's pre-norm final state is passed through
+the model's final norm first); the script exits 1 if they differ beyond bf16 tolerance.
+Printed: tokens/s of both (median and spread over repeats), model FLOP utilisation against a bf16 matmul
+peak measured in this job and against the GPU's dense bf16 datasheet figure, the forward-only ceiling,
+and the ratio against the naive per-sample ``output_hidden_states=True`` loop.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import importlib.util
 import json
 import os
 import random
+import statistics
 import sys
 import tempfile
 import threading
@@ -90,11 +97,20 @@ def random_model(config, device: str, dtype):
         torch.set_default_dtype(default_dtype)
 
 
-def flops_per_token(model, config, seq_len: int) -> float:
-    """2 x non-embedding parameters + causal attention (QK^T and AV over seq/2 keys on average)."""
+# Dense (no sparsity) bf16 tensor-core FLOP/s from NVIDIA's datasheets, by device name.
+DATASHEET_BF16_DENSE = {"H200": 989.4e12, "H100": 989.4e12}
+
+
+def datasheet_peak(name: str) -> float | None:
+    return next((flops for key, flops in DATASHEET_BF16_DENSE.items() if key in name), None)
+
+
+def row_flops(model, config, length: int) -> float:
+    """Forward FLOPs of one row: 2 x non-embedding parameters per token + causal attention (QK^T and AV,
+    each over ``length``/2 keys on average per query)."""
     params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
-    attn = 2 * seq_len * config.num_attention_heads * config.head_dim * config.num_hidden_layers
-    return 2 * params + attn
+    attn = 2 * length * length * config.num_attention_heads * config.head_dim * config.num_hidden_layers
+    return 2 * params * length + attn
 
 
 class DeletingWriter(SampleWriter):
@@ -104,6 +120,38 @@ class DeletingWriter(SampleWriter):
     def __call__(self, sample) -> None:
         super().__call__(sample)
         (self.folder / relative_path(sample.key[1])).unlink()
+
+
+class CollectingSink:
+    """Keeps each sample's tensors (on the host) for the equivalence check."""
+
+    def __init__(self):
+        self.samples: dict = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, sample) -> None:
+        with self._lock:
+            self.samples[sample.key] = sample.hidden_states.float().cpu()
+
+
+def compare_paths(model, extractor, sequences, layer_ids, device) -> dict:
+    """Worst per-token cosine similarity and worst relative max error between the extractor's states
+    (batched, padded) and the naive loop's (one row at a time), over every row, token and layer."""
+    fast, naive = CollectingSink(), CollectingSink()
+    extractor.run(sequences, fast)
+    naive_loop(model, sequences, layer_ids, naive, device)
+    norm = model.norm
+    worst_cos, worst_rel = 1.0, 0.0
+    for key, _ids in sequences:
+        ours, ref = fast.samples[key].clone(), naive.samples[key]
+        with torch.inference_mode():  # the naive loop's final state is post-norm: compare like with like
+            final = norm(ours[:, -1].to(device=device, dtype=next(model.parameters()).dtype))
+        ours[:, -1] = final.float().cpu()
+        cos = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
+        worst_cos = min(worst_cos, cos.min().item())
+        worst_rel = max(worst_rel, ((ours - ref).abs().amax() / ref.abs().amax()).item())
+    return {"rows": len(sequences), "min_token_cosine": round(worst_cos, 5), "max_rel_error": round(worst_rel, 4),
+            "tensors_match": worst_cos >= 0.999 and worst_rel <= 0.05}
 
 
 def keyed(sequences, layer_ids):
@@ -134,13 +182,27 @@ def forward_only(model, sequences, batch, device) -> float:
     return reps * ids.numel() / (time.perf_counter() - start)
 
 
+def spread(values) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def timed(run, device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    run()
+    sync(device)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="CPU-sized model and rows (smoke test).")
-    parser.add_argument("--samples", type=int, default=None, help="rows for the optimized path")
-    parser.add_argument("--naive-samples", type=int, default=None, help="rows for the naive loop")
-    parser.add_argument("--seq-len", type=int, default=None)
+    parser.add_argument("--samples", type=int, default=None, help="rows for the optimized path, per repeat")
+    parser.add_argument("--naive-samples", type=int, default=None, help="rows for the naive loop, per repeat")
+    parser.add_argument("--lengths", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+                        help="row lengths, uniform at random in [MIN, MAX]")
     parser.add_argument("--batch-tokens", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs of both paths")
     parser.add_argument("--out", default=None, help="write-and-delete folder (default: a temp dir)")
     args = parser.parse_args()
 
@@ -149,12 +211,14 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     shape = TINY if args.tiny else LLAMA_31_8B
-    seq_len = args.seq_len or (256 if args.tiny else 2048)
+    low, high = args.lengths or ((64, 256) if args.tiny else (512, 2048))
     samples = args.samples or (24 if args.tiny else 256)
     naive_samples = args.naive_samples or (8 if args.tiny else 32)
     batch_tokens = args.batch_tokens or (2048 if args.tiny else 16384)
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
     peak = matmul_peak(device, dtype, 1024 if args.tiny else 8192, 5 if args.tiny else 50)
+    datasheet = datasheet_peak(name) if device == "cuda" else None
     config = LlamaConfig(**shape, attn_implementation="sdpa")
     torch.manual_seed(0)
     started = time.perf_counter()
@@ -164,47 +228,68 @@ def main() -> None:
     n = config.num_hidden_layers
     layer_ids = [2, n // 2, n - 3, n]
     rng = random.Random(0)
-    sequences = [(i, [rng.randrange(config.vocab_size) for _ in range(seq_len)]) for i in range(samples + 8)]
-    warmup, timed = keyed(sequences[:8], layer_ids), keyed(sequences[8:], layer_ids)
-    fpt = flops_per_token(model, config, seq_len)
-    fwd = forward_only(model, timed, max(1, batch_tokens // seq_len), device)
 
+    def rows(count, offset):
+        return keyed([(offset + i, [rng.randrange(config.vocab_size) for _ in range(rng.randint(low, high))])
+                      for i in range(count)], layer_ids)
+
+    warmup, check = rows(8, 0), rows(8, 8)
+    timed_sets = [rows(samples, 1000 * (r + 1)) for r in range(args.repeats)]
     folder = Path(args.out or tempfile.mkdtemp(prefix="hs-bench-"))
     extractor = HiddenStateExtractor(model, n, config.hidden_size, layer_ids, batch_tokens=batch_tokens)
     extractor.run(warmup, DeletingWriter(folder, len(layer_ids), config.hidden_size))  # allocator, kernels
-    sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)  # counts the timed rows only
-    sync(device)
-    start = time.perf_counter()
-    extractor.run(timed, sink)
-    sync(device)
-    fast_s = time.perf_counter() - start
-    fast_tps = samples * seq_len / fast_s
+    naive_loop(model, warmup[:1], layer_ids, DeletingWriter(folder, len(layer_ids), config.hidden_size), device)
+    equivalence = compare_paths(model, extractor, check, layer_ids, device)
+    print(f"equivalence: {equivalence}", flush=True)
 
-    naive_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
-    naive_loop(model, warmup[:1], layer_ids, naive_sink, device)
-    start = time.perf_counter()
-    naive_loop(model, timed[:naive_samples], layer_ids, naive_sink, device)
-    sync(device)
-    naive_tps = naive_samples * seq_len / (time.perf_counter() - start)
+    uniform = [(k, ids[:low]) for k, ids in timed_sets[0]]  # forward-only ceiling at the shortest length
+    fwd = forward_only(model, uniform, max(1, batch_tokens // low), device)
+    fwd_flops_per_token = row_flops(model, config, low) / low
 
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    fast_rates, naive_rates, fast_mfu, naive_mfu, written_rates, bytes_per_token = [], [], [], [], [], []
+    for repeat, timed_rows in enumerate(timed_sets):
+        tokens = sum(len(ids) for _, ids in timed_rows)
+        flops = sum(row_flops(model, config, len(ids)) for _, ids in timed_rows)
+        sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
+        seconds = timed(lambda: extractor.run(timed_rows, sink), device)
+        fast_rates.append(tokens / seconds)
+        fast_mfu.append(flops / seconds)
+        written = sum(w.bytes for w in sink.written.values())
+        written_rates.append(written / seconds)
+        bytes_per_token.append(written / tokens)
+        naive_rows = timed_rows[:naive_samples]
+        naive_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
+        naive_s = timed(lambda: naive_loop(model, naive_rows, layer_ids, naive_sink, device), device)
+        naive_rates.append(sum(len(ids) for _, ids in naive_rows) / naive_s)
+        naive_mfu.append(sum(row_flops(model, config, len(ids)) for _, ids in naive_rows) / naive_s)
+        print(f"repeat {repeat + 1}: extract {fast_rates[-1]:.0f} tok/s, naive {naive_rates[-1]:.0f} tok/s", flush=True)
+
+    med = statistics.median
     result = {
         "device": name, "dtype": str(dtype), "shape": "tiny" if args.tiny else "Llama-3.1-8B",
-        "seq_len": seq_len, "batch_tokens": batch_tokens, "layer_ids": layer_ids,
-        "samples": samples, "naive_samples": naive_samples, "model_build_s": round(build_s, 1),
-        "peak_tflops": round(peak / 1e12, 3), "gflop_per_token": round(fpt / 1e9, 4),
-        "forward_only_tok_s": round(fwd), "forward_only_mfu": round(fwd * fpt / peak, 3),
-        "extract_tok_s": round(fast_tps), "extract_mfu": round(fast_tps * fpt / peak, 3),
-        "naive_tok_s": round(naive_tps), "naive_mfu": round(naive_tps * fpt / peak, 3),
-        "speedup_vs_naive": round(fast_tps / naive_tps, 2),
+        "row_lengths": [low, high], "batch_tokens": batch_tokens, "layer_ids": layer_ids,
+        "samples_per_repeat": samples, "naive_samples_per_repeat": naive_samples, "repeats": args.repeats,
+        "model_build_s": round(build_s, 1), "measured_peak_tflops": round(peak / 1e12, 1),
+        "datasheet_peak_tflops": round(datasheet / 1e12, 1) if datasheet else None,
+        **equivalence,
+        "forward_only_tok_s": round(fwd), "forward_only_mfu_measured": round(fwd * fwd_flops_per_token / peak, 3),
+        "extract_tok_s": round(med(fast_rates)), "extract_tok_s_spread": round(spread(fast_rates), 3),
+        "extract_runs_tok_s": [round(r) for r in fast_rates],
+        "extract_mfu_measured": round(med(fast_mfu) / peak, 3),
+        "naive_tok_s": round(med(naive_rates)), "naive_tok_s_spread": round(spread(naive_rates), 3),
+        "naive_mfu_measured": round(med(naive_mfu) / peak, 3),
+        "speedup_vs_naive": round(med(fast_rates) / med(naive_rates), 2),
+        "written_gb_per_s": round(med(written_rates) / 1e9, 3), "bytes_per_token": round(med(bytes_per_token)),
     }
-    written = sum(w.bytes for w in sink.written.values())
-    result["written_gb_per_s"] = round(written / fast_s / 1e9, 3)
-    result["bytes_per_token"] = written // (samples * seq_len)
+    if datasheet:
+        result["extract_mfu_datasheet"] = round(med(fast_mfu) / datasheet, 3)
+        result["naive_mfu_datasheet"] = round(med(naive_mfu) / datasheet, 3)
     for key, value in result.items():
-        print(f"{key:>20}: {value}")
+        print(f"{key:>28}: {value}")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}.json").write_text(json.dumps(result, indent=2))
+    if not equivalence["tensors_match"]:
+        sys.exit("the extractor's tensors differ from the naive loop's beyond bf16 tolerance")
 
 
 if __name__ == "__main__":
