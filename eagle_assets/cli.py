@@ -92,6 +92,28 @@ def demo(
     typer.echo("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
 
 
+@app.command()
+def servers(
+    stop: str = typer.Option(None, "--stop", help="Stop this server: its port or <host>-<port> (as listed)."),
+    state_dir: Path = typer.Option(None, "--state-dir", help="vllm_server.state_dir, if not the default."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List the managed vLLM servers eagle-assets started on this host (port, pid, fingerprint, live
+    users, age, idle time, model); stop one with --stop. Servers idle past their grace are stopped."""
+    import logging
+
+    from eagle_assets.runs.servers import servers_json, servers_report
+
+    log = logging.getLogger("eagle_assets.servers")
+    try:
+        lines = servers_json(state_dir, stop, log) if as_json else servers_report(state_dir, stop, log)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    for line in lines:
+        typer.echo(line)
+
+
 lineage_app = typer.Typer(help="Audit a checkpoint: its chain back to the prompts, and its stored hashes.",
                           no_args_is_help=True)
 app.add_typer(lineage_app, name="lineage")

@@ -7,6 +7,7 @@ import dagster as dg
 from eagle_assets.assets import ASSET_FAMILIES
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
+from eagle_assets.runs.executor import recorded_executor
 
 
 def build_definitions(resources: dict | None = None) -> dg.Definitions:
@@ -22,6 +23,7 @@ def build_definitions(resources: dict | None = None) -> dg.Definitions:
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
+        executor=recorded_executor,  # records each run's worker; reconciles runs killed on this host
         resources={"storage": StorageRoot(), "verifier": Verifier(), "vllm_server": VLLMServer(), **(resources or {})},
     )
 

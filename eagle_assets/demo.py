@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from eagle_assets.runs import in_process_runs
+
 
 # Demo-sized settings on top of the assets' own (production) defaults, for the assets the graph has.
 DEMO_OPS = {
@@ -52,26 +54,29 @@ def run_demo(
         )
     everything = [*defs.assets, *(defs.asset_checks or [])]
     results = []
-    for selection, partition_key in zip(plan(defs), (partition, None)):
-        if not selection:
-            continue
-        result = dg.materialize(
-            everything,
-            selection=selection,
-            partition_key=partition_key,
-            instance=instance,
-            resources=defs.resources,
-            raise_on_error=False,
-            # INFO, not the in-process default DEBUG: the assets' progress lines, not every engine event.
-            run_config={"ops": {k: v for k, v in DEMO_OPS.items() if dg.AssetKey(k) in selection},
-                        "loggers": {"console": {"config": {"log_level": "INFO"}}}},
-            tags={"eagle_assets/command": "demo"},
-        )
-        results.append(result)
-        if report is not None:
-            report(result)
-        if not result.success:
-            break
+    # Runs killed earlier on this host are failed and their pool slots freed first; a wait on the gpu
+    # pool is reported and ends on SIGTERM/Ctrl-C; every run records this process as its worker.
+    with in_process_runs(instance, by="eagle-assets demo") as worker:
+        for selection, partition_key in zip(plan(defs), (partition, None)):
+            if not selection:
+                continue
+            result = dg.materialize(
+                everything,
+                selection=selection,
+                partition_key=partition_key,
+                instance=instance,
+                resources=defs.resources,
+                raise_on_error=False,
+                # INFO, not the in-process default DEBUG: the assets' progress lines, not every engine event.
+                run_config={"ops": {k: v for k, v in DEMO_OPS.items() if dg.AssetKey(k) in selection},
+                            "loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                tags={"eagle_assets/command": "demo", **worker},
+            )
+            results.append(result)
+            if report is not None:
+                report(result)
+            if not result.success:
+                break
     return results
 
 

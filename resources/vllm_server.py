@@ -8,6 +8,8 @@ Modes:
   with the same launch fingerprint (e.g. kept alive, or started by a concurrent step) is attached to
   instead of starting a second one; the fingerprint lives in a small state file per host:port, and
   each ``serve()`` leaves a marker so that the last user out, not the launcher, stops a shared server.
+  A server left without a live user (kept alive, or its user was killed) for ``idle_stop_after_s``
+  is stopped by the next run or command that looks (``server_registry``; ``eagle-assets servers``).
 * ``systemd`` — ``systemctl start``/``stop`` a unit that runs the server; readiness as above.
 * ``external`` — one or more base URLs of servers run by someone else (data-parallel replicas).
 
@@ -40,14 +42,17 @@ from pydantic import Field
 from eagle_assets.resources.server_process import (
     VLLM_MODULE,
     CommandFollower,
+    Heartbeat,
     LogFollower,
     live_users,
+    note_last_seen,
     pid_is_vllm,
     port_in_use,
     read_tail,
     register_user,
     stop_process_group,
 )
+from eagle_assets.resources.server_registry import DEFAULT_IDLE_STOP_S, stop_idle_servers
 from eagle_assets.storage import write_json
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -73,7 +78,12 @@ class VLLMServer(dg.ConfigurableResource):
     )
     model: str = Field(
         default="",
-        description="Model path or name for managed mode; empty serves the embedded tiny verifier.",
+        description="Model path or name for managed mode; empty serves the embedded verifier named by `embedded`.",
+    )
+    embedded: str = Field(
+        default="tiny-qwen3",
+        description="The embedded verifier served when model is empty: tiny-qwen3 or tiny-kimi (serve tiny-kimi "
+        "with reasoning_parser kimi_k2; its required vLLM arguments are added).",
     )
     served_model_name: str = Field(default="", description="Name the server answers to (default: the model path).")
     host: str = Field(default="127.0.0.1", description="Interface to bind (managed) and to reach (managed/systemd).")
@@ -108,6 +118,12 @@ class VLLMServer(dg.ConfigurableResource):
     )
     stop_grace_s: float = Field(default=30.0, description="Seconds between SIGTERM and SIGKILL on stop.")
     keep_alive: bool = Field(default=False, description="Leave the server running after the step (later steps attach).")
+    idle_stop_after_s: float = Field(
+        default=DEFAULT_IDLE_STOP_S, ge=0,
+        description="A managed server with no live user (kept alive, or orphaned by a killed run) for this many "
+        "seconds is stopped by the next run or eagle-assets command that looks. Default 1 h: longer than a "
+        "Kimi-K2.5 reload (~25 min), far shorter than eight idle GPUs overnight. 0 = never.",
+    )
     state_dir: str = Field(
         default="", description="Where launch fingerprints and server logs live (default: <cache>/vllm-servers)."
     )
@@ -137,9 +153,9 @@ class VLLMServer(dg.ConfigurableResource):
     def resolved_model(self) -> str:
         if self.model:
             return self.model
-        from eagle_assets.tiny_verifier import cached_tiny_verifier
+        from eagle_assets.embedded_verifiers import embedded_verifier
 
-        return str(cached_tiny_verifier())
+        return str(embedded_verifier(self.embedded).path())
 
     def command(self, model: str) -> list[str]:
         """The managed server's argv (no secrets in it)."""
@@ -157,6 +173,10 @@ class VLLMServer(dg.ConfigurableResource):
             argv.append("--trust-remote-code")
         # One access-log line per request would flood the step log at 200 in flight.
         argv.append("--disable-uvicorn-access-log")
+        if not self.model:
+            from eagle_assets.embedded_verifiers import embedded_verifier
+
+            argv += embedded_verifier(self.embedded).serve_args
         return argv + list(self.extra_args)
 
     def launch_env(self) -> dict[str, str]:
@@ -255,6 +275,7 @@ class VLLMServer(dg.ConfigurableResource):
         fingerprint = self.fingerprint(argv, env)
         state_path, log_path, lock_path = self._state_paths()
         users_dir = state_path.with_suffix(".users")
+        stop_idle_servers(state_path.parent, log, keep=state_path.stem)
         with open(lock_path, "w") as lock:
             # Serialize check-then-launch, so two steps starting together launch one server.
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -279,6 +300,8 @@ class VLLMServer(dg.ConfigurableResource):
                 proc, offset = self._launch(argv, env, fingerprint, state_path, log_path, log), 0
                 state = {"pid": proc.pid}
             me = register_user(users_dir)
+        heartbeat = Heartbeat(me)
+        heartbeat.start()
         log_path.touch()  # an attached server's log may have been cleaned away
         follower = LogFollower(log_path, log.info, offset)
         follower.start()
@@ -299,6 +322,7 @@ class VLLMServer(dg.ConfigurableResource):
             yield self._own_urls()
         finally:
             follower.stop()
+            heartbeat.stop()
             self._leave(me, users_dir, state_path, lock_path, pid, proc, log)
 
     def _leave(self, me: Path, users_dir: Path, state_path: Path, lock_path: Path, pid: int,
@@ -311,6 +335,7 @@ class VLLMServer(dg.ConfigurableResource):
         with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             me.unlink(missing_ok=True)
+            note_last_seen(users_dir)
             others = live_users(users_dir)
             state = self._read_state(state_path) or {}
             if others:
@@ -342,7 +367,8 @@ class VLLMServer(dg.ConfigurableResource):
                 start_new_session=True,
             )
         write_json({"pid": proc.pid, "fingerprint": fingerprint, "argv": argv, "log": str(log_path),
-                    "started_at": time.time(), "stop_when_unused": not self.keep_alive}, state_path)
+                    "started_at": time.time(), "stop_when_unused": not self.keep_alive,
+                    "idle_stop_after_s": self.idle_stop_after_s, "stop_grace_s": self.stop_grace_s}, state_path)
         return proc
 
     def _systemctl(self, *args: str) -> subprocess.CompletedProcess:

@@ -3,8 +3,8 @@
 It reads the files of ``token_sequences`` and ``hidden_states`` (all partitions, or a chosen subset)
 straight from storage, lays out a speculators training folder that links to the tensors, picks the
 draft vocabulary from supervised-token frequencies, runs speculators' trainer in a child process
-(CPU adaptations only where there is no GPU), and keeps the best epoch by validation loss on a held-back
-slice. The kept folder is speculators format, which vLLM serves as an ``eagle3`` speculator.
+(CPU adaptations only where there is no GPU), and keeps the best epoch by validation loss on the
+prompts' ``validation`` split (train rows are the ``train`` split; ``heldout`` is never read here). The kept folder is speculators format, which vLLM serves as an ``eagle3`` speculator.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
@@ -27,9 +27,10 @@ from eagle_assets.training.data_dir import FeatureManifest, TrainingDataError, b
 from eagle_assets.training.settings import TrainingSettings, VerifierShape, resolve_settings
 
 ASSET = "eagle3_checkpoint"
-UPSTREAM = ("token_sequences", "hidden_states")
+# prompts: its current table says which rows are train and which validation (eagle_assets.splits).
+UPSTREAM = ("prompts", "token_sequences", "hidden_states")
 # Bump when the same inputs and settings would train a different checkpoint.
-CODE_VERSION = "eagle3_checkpoint-2"
+CODE_VERSION = "eagle3_checkpoint-3"  # 3: validates on the prompts' validation split
 WORK_DIR = "_work"
 LATEST_FILE = "latest.json"
 TRAINING_FILE = "training.json"
@@ -40,7 +41,7 @@ class Eagle3TrainingConfig(dg.Config, TrainingSettings):
 
     partitions: list[str] = Field(
         default_factory=list,
-        description="Dataset partitions to train on (their train split); empty = every partition whose "
+        description="Dataset partitions to train on (their train split; their validation split picks the best epoch); empty = every partition whose "
         "token_sequences and hidden_states are materialized.",
     )
 
@@ -142,7 +143,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "resolved_from_verifier": resolved,
             "code_version": CODE_VERSION,
             "data": {"partitions": chosen, "folder": str(data.path), "content_hash": data.content_hash,
-                     "rows": data.num_rows, "tokens": data.num_tokens, "supervised_tokens": data.num_supervised_tokens,
+                     "rows": data.num_rows, "validation_rows": data.num_validation_rows, "tokens": data.num_tokens, "supervised_tokens": data.num_supervised_tokens,
                      "skipped_without_hidden_states": data.skipped_without_hidden_states,
                      "skipped_unsupervised": data.skipped_unsupervised},
             "vocab": {"size": vocab.size, "coverage": vocab.coverage,
@@ -170,6 +171,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "draft_vocab_coverage": round(vocab.coverage, 4),
             "epochs_run": summary["epochs_run"],
             "best_epoch": summary["best_epoch"],
+            "validation_rows": data.num_validation_rows,
             "val_loss": summary["val_loss"],
             "train_loss": summary["train_loss"],
             "tokens_per_s": summary["tokens_per_s"],

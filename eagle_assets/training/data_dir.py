@@ -7,11 +7,14 @@ speculators' ``train`` reads one folder (``--data-path``):
 - ``token_freq.pt``: counts of the supervised (loss-mask 1) tokens, for the draft vocabulary.
 
 Here the hidden-state files are *relative symlinks* to the tensors the ``hidden_states`` asset wrote
-(no tensor is copied), so a folder costs a few KB per row. Rows are the train split of every chosen
-partition, ordered by a hash of their prompt id: speculators validates on the dataset's tail
-(``--train-data-ratio``), which is therefore a fixed, pseudo-random held-back slice. The folder is
-named by a hash of its content and built atomically, so a rebuild with the same inputs is a no-op.
-``rows.parquet`` records which prompt and tensor file each row came from.
+(no tensor is copied), so a folder costs a few KB per row. Rows are the ``train`` split of every chosen
+partition, then its ``validation`` split, each ordered by a hash of the prompt id; the splits are read
+from the *current* prompts table (``eagle_assets.splits``), never from labels written at capture time.
+speculators validates on the dataset's tail (``--train-data-ratio``): :attr:`TrainingData.train_data_ratio`
+puts that boundary exactly between the two splits, so early stopping and the best epoch see only the
+``validation`` problems and nothing of ``heldout``. The folder is named by a hash of its content and
+built atomically, so a rebuild with the same inputs is a no-op. ``rows.parquet`` records which prompt,
+split, problem group and tensor file each row came from.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle_assets.splits import TRAIN, VALIDATION, read_current_splits
 from eagle_assets.storage import combined_hash, write_parquet
 
-TRAIN_SPLIT = "train"
 COMPLETE_MARKER = ".complete"
 
 
@@ -88,12 +91,19 @@ class TrainingData:
     num_rows: int
     num_tokens: int
     num_supervised_tokens: int
+    num_validation_rows: int  # the dataset's tail: the validation split's rows
     skipped_without_hidden_states: int
     skipped_unsupervised: int
     content_hash: str
 
 
 def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, FeatureManifest]:
+    @property
+    def train_data_ratio(self) -> float:
+        """speculators' ``--train-data-ratio``: it splits at ``int(rows * ratio)``, so half a row past the
+        last train row lands the boundary exactly there, whatever the float rounding."""
+        return (self.num_rows - self.num_validation_rows + 0.5) / self.num_rows
+
     seq_path = storage_root / "token_sequences" / partition / "sequences.parquet"
     hs_folder = storage_root / "hidden_states" / partition
     index_path = hs_folder / "index.parquet"
@@ -101,10 +111,16 @@ def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, Featu
         if not path.exists():
             raise TrainingDataError(f"{path} is missing: materialize {asset} for partition '{partition}' first")
     manifest = FeatureManifest.read(hs_folder)
-    seqs = pq.read_table(seq_path, columns=["prompt_id", "split", "input_ids", "loss_mask", "seq_len"])
-    seqs = seqs.filter(pc.equal(seqs["split"], TRAIN_SPLIT)).drop(["split"])
-    index = pq.read_table(index_path, columns=["prompt_id", "split", "content_id", "file", "seq_len"])
-    index = index.filter(pc.equal(index["split"], TRAIN_SPLIT)).drop(["split"])
+    try:
+        current = read_current_splits(storage_root, partition)
+    except FileNotFoundError as err:
+        raise TrainingDataError(str(err)) from None
+    seqs = pq.read_table(seq_path, columns=["prompt_id", "input_ids", "loss_mask", "seq_len"])
+    labels = [current.get(pid, (None, None)) for pid in seqs["prompt_id"].to_pylist()]
+    seqs = seqs.append_column("split", pa.array([split for split, _ in labels], pa.string()))
+    seqs = seqs.append_column("group_id", pa.array([group for _, group in labels], pa.string()))
+    seqs = seqs.filter(pc.is_in(seqs["split"], pa.array([TRAIN, VALIDATION])))
+    index = pq.read_table(index_path, columns=["prompt_id", "content_id", "file", "seq_len"])
     # A left join by prompt id (Arrow's join cannot carry list columns): null where no hidden states.
     matched = index.take(pc.index_in(seqs["prompt_id"], value_set=index["prompt_id"]))
     joined = seqs
@@ -179,7 +195,7 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
     skipped_missing = int(pc.sum(missing).as_py() or 0)
     rows = rows.filter(pc.invert(missing))
     if skipped_missing and log:
-        log.warning(f"{skipped_missing} train rows of {partitions} have no hidden states yet and are left out: "
+        log.warning(f"{skipped_missing} train/validation rows of {partitions} have no hidden states yet and are left out: "
                     "materialize hidden_states for them to train on everything")
     _check_rows(rows)
     supervised = pa.array(_per_row_sum(rows["loss_mask"]), pa.int64())
@@ -187,18 +203,24 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
     unsupervised = pc.equal(supervised, 0)
     skipped_unsupervised = int(pc.sum(unsupervised).as_py() or 0)
     rows = rows.filter(pc.invert(unsupervised))
-    if len(rows) == 0:
-        raise TrainingDataError(
-            f"partitions {partitions} have no train-split rows with hidden states and supervised tokens: "
-            "materialize token_sequences and hidden_states for them first"
-        )
+    splits = rows["split"].to_pylist()
+    for split, role in ((TRAIN, "train on"), (VALIDATION, "pick the best epoch and stop early with")):
+        if split not in splits:
+            raise TrainingDataError(
+                f"partitions {partitions} have no {split}-split rows with hidden states and supervised tokens "
+                f"to {role}: materialize token_sequences and hidden_states for them (with the {split} split), "
+                f"and give the prompts a validation_fraction above 0"
+            )
     prompt_ids = rows["prompt_id"].to_pylist()
-    order = sorted(range(len(rows)), key=lambda i: hashlib.sha256(prompt_ids[i].encode()).digest())
+    # Train rows first, then validation rows (speculators validates on the tail); hash order inside each.
+    order = sorted(range(len(rows)),
+                   key=lambda i: (splits[i] == VALIDATION, hashlib.sha256(prompt_ids[i].encode()).digest()))
     rows = rows.take(pa.array(order))
     content_hash = combined_hash(
         [repr(manifest.identity())]
-        + [f"{c}:{hashlib.sha256(np.asarray(m, np.int8).tobytes()).hexdigest()}"
-           for c, m in zip(rows["content_id"].to_pylist(), rows["loss_mask"].to_pylist(), strict=True)]
+        + [f"{s}:{c}:{hashlib.sha256(np.asarray(m, np.int8).tobytes()).hexdigest()}"
+           for s, c, m in zip(rows["split"].to_pylist(), rows["content_id"].to_pylist(),
+                              rows["loss_mask"].to_pylist(), strict=True)]
     )
     final = work_root / f"data-{content_hash[:16]}"
     freqs, num_supervised = _supervised_counts(rows)
@@ -212,6 +234,7 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
         if log:
             log.info(f"training data {final} already built ({len(rows)} rows): reusing it")
         return result
+        num_validation_rows=splits.count(VALIDATION),
     _write_folder(rows, freqs, manifest, final, log)
     return result
 

@@ -88,7 +88,8 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         # The fused Triton loss has no CPU kernel and fails under torch.compile on the H200 image.
         "loss_implementation": "eager",
         "seed": settings.seed,
-        "train_data_ratio": round(1.0 - settings.validation_fraction, 6),
+        # The validation split's rows are the dataset's tail: speculators validates on exactly them.
+        "train_data_ratio": data.train_data_ratio,
         "mask_token_id": _mask_token_id(verifier_path),
         "on_missing": "raise",  # every row has its hidden states; never ask a vLLM server for more
         "log_freq": settings.log_every_steps,

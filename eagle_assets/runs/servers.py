@@ -1,0 +1,49 @@
+"""``eagle-assets servers``: the managed vLLM servers of this host, as lines of text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eagle_assets.resources.server_registry import ManagedServer, list_servers, stop_idle_servers, stop_server
+from eagle_assets.resources.vllm_server import default_state_dir
+from eagle_assets.runs.pool_watch import short_duration
+
+HEADER = f"{'SERVER':<22} {'PID':>8} {'FINGERPRINT':<16} {'USERS':>5} {'AGE':>7} {'IDLE':>7}  MODEL"
+
+
+def server_line(server: ManagedServer) -> str:
+    if not server.alive:
+        idle = "dead"
+    elif server.idle_since is None:
+        idle = "-"
+    else:
+        idle = short_duration(server.idle_s)
+    stop = f" (stops when idle {short_duration(server.idle_stop_after_s)})" if server.idle_stop_after_s else " (never idle-stopped)"
+    return (f"{server.name:<22} {server.pid:>8} {server.fingerprint:<16} {server.users:>5} {short_duration(server.age_s):>7} "
+            f"{idle:>7}  {server.model}{stop}")
+
+
+def _look(state_dir: Path | None, stop: str | None, log) -> tuple[Path, list[str]]:
+    """Stop ``stop`` if given and every server idle past its grace; what was stopped, as lines."""
+    folder = Path(state_dir) if state_dir else default_state_dir()
+    lines = []
+    if stop is not None and stop_server(folder, stop, log):
+        lines.append(f"stopped {stop}")
+    for server in stop_idle_servers(folder, log):
+        lines.append(f"stopped {server.name}: idle {short_duration(server.idle_s)} > "
+                     f"{short_duration(server.idle_stop_after_s)}")
+    return folder, lines
+
+
+def servers_json(state_dir: Path | None, stop: str | None, log) -> list[str]:
+    folder, _ = _look(state_dir, stop, log)
+    return [json.dumps([server.as_dict() for server in list_servers(folder)], indent=2)]
+
+
+def servers_report(state_dir: Path | None, stop: str | None, log) -> list[str]:
+    """Stop ``stop`` if given, stop idle servers past their grace, and list the rest."""
+    folder, lines = _look(state_dir, stop, log)
+    servers = list_servers(folder)
+    lines += [HEADER, *map(server_line, servers)] if servers else [f"no managed vLLM servers in {folder}"]
+    return lines

@@ -1,0 +1,129 @@
+"""The managed vLLM servers this project started on this host: list them, stop one, stop idle ones.
+
+A managed launch leaves ``<host>-<port>.json`` (pid, fingerprint, argv, start time, idle grace) in
+the resource's state folder, and every ``serve()`` a heartbeat-touched marker under
+``<host>-<port>.users/``. A server is idle when no marker belongs to a live process; its idle time
+counts from the last heartbeat. A kept-alive or orphaned server (its last user was killed) idle for
+longer than its grace is stopped by the next run or command that looks, so a crash never holds the
+GPUs overnight, while a run restarted within the grace attaches instead of reloading the model.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from eagle_assets.resources.server_process import last_seen, live_users, pid_is_vllm, stop_process_group
+
+DEFAULT_IDLE_STOP_S = 3600.0
+DEFAULT_STOP_GRACE_S = 30.0
+
+
+@dataclass
+class ManagedServer:
+    name: str  # "<host>-<port>", the state files' stem
+    port: int
+    pid: int
+    alive: bool
+    model: str
+    fingerprint: str
+    users: int
+    started_at: float
+    idle_since: float | None  # None while a user is live
+    idle_stop_after_s: float  # 0 = never stopped for idleness
+    keep_alive: bool
+
+    @property
+    def age_s(self) -> float:
+        return time.time() - self.started_at
+
+    @property
+    def idle_s(self) -> float:
+        return 0.0 if self.idle_since is None else max(time.time() - self.idle_since, 0.0)
+
+    @property
+    def expired(self) -> bool:
+        return self.alive and self.idle_since is not None and 0 < self.idle_stop_after_s <= self.idle_s
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "age_s": round(self.age_s, 1), "idle_s": round(self.idle_s, 1)}
+
+
+def state_files(state_dir: Path) -> list[Path]:
+    return sorted(Path(state_dir).glob("*.json")) if Path(state_dir).is_dir() else []
+
+
+def read_server(state_path: Path) -> ManagedServer | None:
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, ValueError):
+        return None
+    argv = state.get("argv", [])
+    model = argv[argv.index("--model") + 1] if "--model" in argv else "?"
+    users_dir = state_path.with_suffix(".users")
+    users = live_users(users_dir) if users_dir.is_dir() else 0
+    return ManagedServer(
+        name=state_path.stem, port=int(state_path.stem.rsplit("-", 1)[1]), pid=state["pid"],
+        alive=pid_is_vllm(state["pid"]), model=model, fingerprint=state.get("fingerprint", "?"), users=users,
+        started_at=state.get("started_at", state_path.stat().st_mtime),
+        idle_since=None if users else (last_seen(users_dir) or state.get("started_at")),
+        idle_stop_after_s=state.get("idle_stop_after_s", DEFAULT_IDLE_STOP_S),
+        keep_alive=not state.get("stop_when_unused", True),
+    )
+
+
+def list_servers(state_dir: Path) -> list[ManagedServer]:
+    return [server for path in state_files(state_dir) if (server := read_server(path)) is not None]
+
+
+def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> bool:
+    """Stop the server ``name`` (``<host>-<port>`` or a port) and forget it; under its lock, so no
+    ``serve()`` attaches meanwhile. ``only_if_idle``: leave it when a user appeared. True if stopped."""
+    state_path = _state_path(Path(state_dir), name)
+    with open(state_path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server = read_server(state_path)
+        if server is None:
+            return False
+        if only_if_idle and not server.expired:
+            return False
+        grace = json.loads(state_path.read_text()).get("stop_grace_s", DEFAULT_STOP_GRACE_S)
+        if server.users:
+            log.warning(f"vLLM server {server.name}: stopping it although {server.users} user(s) are live")
+        stop_process_group(server.pid, grace, log)
+        state_path.unlink(missing_ok=True)
+        return True
+
+
+def stop_idle_servers(state_dir: Path, log, keep: str | None = None) -> list[ManagedServer]:
+    """Stop every server idle for longer than its grace (except ``keep``, the caller's own), and forget
+    servers whose process is gone. Returns the servers stopped."""
+    stopped = []
+    for server in list_servers(state_dir):
+        if server.name == keep:
+            continue
+        if not server.alive:
+            (Path(state_dir) / f"{server.name}.json").unlink(missing_ok=True)
+        elif server.expired:
+            log.info(f"vLLM server {server.name} (pid {server.pid}, {server.model}) has had no live user for "
+                     f"{server.idle_s:.0f}s (grace {server.idle_stop_after_s:g}s): stopping it")
+            if stop_server(state_dir, server.name, log, only_if_idle=True):
+                stopped.append(server)
+    return stopped
+
+
+def _state_path(state_dir: Path, name: str) -> Path:
+    if name.isdigit():  # a bare port: the one server on it
+        matches = [p for p in state_files(state_dir) if p.stem.rsplit("-", 1)[1] == name]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise ValueError(f"several servers on port {name}: {[p.stem for p in matches]}; name one as <host>-<port>")
+    path = state_dir / f"{name}.json"
+    if not path.exists():
+        known = [p.stem for p in state_files(state_dir)]
+        raise ValueError(f"no managed vLLM server {name!r} in {state_dir}; known: {known or 'none'}")
+    return path
