@@ -30,10 +30,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle_assets.assets import eagle3_checkpoint, hidden_states, prompts, reasoning_samples, token_sequences
-from eagle_assets.assets.eagle3_eval import heldout_requests, latest_checkpoint
+from eagle_assets.assets.eagle3_eval import latest_checkpoint
 from eagle_assets.assets.token_sequences import renderer
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo import DEMO_OPS
+from eagle_assets.evaluation.eval_sets import heldout_set, trained_on
 from eagle_assets.evaluation.run import evaluate, replaced
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
@@ -41,7 +42,7 @@ from eagle_assets.storage import write_parquet
 from eagle_assets.tokenization import Policy, build_rows
 
 FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
-TRAIN_ONLY = {"config": {"splits": ["train"]}}
+TRAINING_SPLITS = {"config": {"splits": ["train", "validation"]}}
 STATIC_SAMPLES_SCHEMA = pa.schema([
     ("prompt_id", pa.string()), ("split", pa.string()), ("status", pa.string()), ("truncated", pa.bool_()),
     ("reasoning", pa.string()), ("content", pa.string()),
@@ -74,8 +75,9 @@ def static_sequences(root: Path, partition: str, verifier) -> int:
         for r in rows
     ], schema=STATIC_SAMPLES_SCHEMA)
     messages = {r["prompt_id"]: [dict(m) for m in r["messages"]] for r in rows}
+    splits = {r["prompt_id"]: r["split"] for r in rows}
     render, _ = renderer(verifier)
-    built = build_rows(samples, messages, render, Policy(16384, "truncate", "keep", ("train", "heldout")))
+    built = build_rows(samples, messages, splits, render, Policy(16384, "truncate", "keep", ("train", "validation")))
     write_parquet(built.table(), root / "token_sequences" / partition / "sequences.parquet")
     return len(built.prompt_ids)
 
@@ -92,7 +94,7 @@ def train_side(name: str, root: Path, partition: str, resources: dict, prompts_c
     else:
         rows = static_sequences(root, partition, resources["verifier"])
         print(f"static: {rows} rows of prompt + original answer")
-    materialize(assets, ["hidden_states"], resources, instance, partition, {"hidden_states": TRAIN_ONLY})
+    materialize(assets, ["hidden_states"], resources, instance, partition, {"hidden_states": TRAINING_SPLITS})
     recipe = {**DEMO_OPS["eagle3_checkpoint"]["config"], "partitions": [partition]}
     materialize(assets, ["eagle3_checkpoint"], resources, instance, None, {"eagle3_checkpoint": {"config": recipe}})
     return latest_checkpoint(instance)
@@ -123,7 +125,9 @@ def main() -> None:
     prompts_config = {"config": {"limit": args.limit}} if args.limit else {}
     checkpoints = {side: train_side(side, args.root.resolve() / side, args.partition, resources, prompts_config)
                    for side in ("reasoning", "static")}
-    requests = heldout_requests(args.root.resolve() / "reasoning", [args.partition], args.max_prompts)
+    # Both sides train on the same prompts and splits: the reasoning side's trained rows stand for both.
+    requests = heldout_set("in-distribution", args.root.resolve() / "reasoning", [args.partition], args.max_prompts,
+                           trained_on(checkpoints["reasoning"])).requests
     results = {}
     for offset, (side, checkpoint) in enumerate(checkpoints.items(), start=1):
         results[side] = evaluate(checkpoint, requests, resources["vllm_server"], resources["verifier"],

@@ -91,10 +91,10 @@ def extraction_rate(model_path: Path, sequences, layer_ids, hidden_size: int, de
 def training_rate(n: int, data, vocab, verifier: Path, work: Path, epochs: int, draft_vocab: int,
                   total_seq_len: int) -> float:
     settings = TrainingSettings(epochs=epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
-                                validation_fraction=0.1, early_stop_patience=0, num_processes=n)
+                                early_stop_patience=0, num_processes=n)
     log = training_bench.StampedLog(f"train x{n}")
     runner.train(data, vocab, str(verifier), settings, work, log)
-    tokens = sum(training_bench.tokens_per_epoch(data.path, 0.9, total_seq_len, settings.seed, e, replicas=n)
+    tokens = sum(training_bench.tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e, replicas=n)
                  for e in range(1, epochs))
     return tokens / log.epoch_seconds(epochs)
 

@@ -138,7 +138,7 @@ def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, la
                 "--epochs", str(settings.epochs), "--target-layer-ids", *map(str, layer_ids[:-1]),
                 "--mask-token-id", str(shape["eos_token_id"]), "--loss-implementation", "eager",
                 "--seed", str(settings.seed), "--lr", str(settings.lr), "--train-data-ratio",
-                str(1 - settings.validation_fraction), "--log-freq", str(settings.log_every_steps), *extra]
+                str(data.train_data_ratio), "--log-freq", str(settings.log_every_steps), *extra]
 
     return {"ours": ours, "speculators": cli,
             f"speculators-w{workers}": lambda save: cli(save, ("--num-workers", str(workers)))}
@@ -194,7 +194,7 @@ def main() -> None:
           flush=True)
 
     settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
-                                validation_fraction=0.1, early_stop_patience=0, log_every_steps=10)
+                                early_stop_patience=0, log_every_steps=10)
     if device == "cpu":  # no baseline on CPU: our path once, through the asset's own entry point
         runner.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))
         return
@@ -205,7 +205,7 @@ def main() -> None:
     unknown = set(names) - set(commands)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(commands)}")
-    epoch_tokens = [tokens_per_epoch(data.path, 1 - settings.validation_fraction, total_seq_len, settings.seed, e)
+    epoch_tokens = [tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e)
                     for e in range(1, args.epochs)]
     print(f"device={torch.cuda.get_device_name()} shape=llama-3.1-8b aux+final={layer_ids} rows={data.num_rows} "
           f"epochs={args.epochs} (timed 2..{args.epochs}) tokens_timed_per_run={sum(epoch_tokens)} "

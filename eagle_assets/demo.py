@@ -2,7 +2,9 @@
 
 Generic on purpose: it walks whatever graph ``build_definitions()`` returns, so it grows as asset
 families join ``ASSET_FAMILIES``. Per-dataset (partitioned) assets run first for the partition, then
-the assets that read all partitions (unpartitioned, e.g. the checkpoint) in a second run.
+``prompts`` of every evaluation-only source (e.g. ``demo_ood``, the out-of-distribution set that
+``eagle3_eval`` measures beside the held-out prompts), then the assets that read all partitions
+(unpartitioned, e.g. the checkpoint) in a last run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ DEMO_OPS = {
 }
 
 
+PROMPTS = dg.AssetKey("prompts")
+
+
 def plan(defs: dg.Definitions) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
     """(partitioned, unpartitioned) materializable asset keys, each in dependency order."""
     graph = defs.resolve_asset_graph()
@@ -52,12 +57,19 @@ def run_demo(
             f"unknown partition {partition!r}; the dataset sources are {', '.join(sorted(known))} "
             "(`eagle-assets plugins` lists them; a source's plugin must be installed or in $EAGLE_ASSETS_PLUGINS)"
         )
+    from eagle_assets.plugin_manager import dataset_sources
+
     everything = [*defs.assets, *(defs.asset_checks or [])]
+    evaluation_sets = [name for name, source in dataset_sources().items()
+                       if source.evaluation_only and name in known and name != partition]
+    runs = [(partitioned, partition),
+            *[([PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
+            (plan(defs)[1], None)]
     results = []
     # Runs killed earlier on this host are failed and their pool slots freed first; a wait on the gpu
     # pool is reported and ends on SIGTERM/Ctrl-C; every run records this process as its worker.
     with in_process_runs(instance, by="eagle-assets demo") as worker:
-        for selection, partition_key in zip(plan(defs), (partition, None)):
+        for selection, partition_key in runs:
             if not selection:
                 continue
             result = dg.materialize(
@@ -104,7 +116,8 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
 
 
 def outcome(instance: dg.DagsterInstance) -> list[str]:
-    """The demo's last lines: ``checkpoint=<path>``, ``acceptance_length=<τ>`` and the lineage summary,
+    """The demo's last lines: ``checkpoint=<path>``, ``acceptance_length=<τ>`` (held-out, in-distribution),
+    ``ood_acceptance_length=<τ>`` (the out-of-distribution set, when evaluated) and the lineage summary,
     from the latest checkpoint and evaluation materializations (empty when the graph has neither)."""
     from eagle_assets.lineage import LineageError, read_lineage, summary_lines
 
@@ -118,10 +131,16 @@ def outcome(instance: dg.DagsterInstance) -> list[str]:
         meta = evaluation.asset_materialization.metadata
         k = meta["num_speculative_tokens"].value
         per_position = " / ".join(f"{meta[f'acceptance_pos_{i}'].value:.3f}" for i in range(1, k + 1))
-        detail = f"vLLM, greedy, K={k}, {meta['prompts_evaluated'].value} held-out prompts; per position {per_position}"
+        detail = (f"vLLM, greedy, K={k}, {meta['prompts_evaluated'].value} in-distribution held-out prompts; "
+                  f"per position {per_position}")
         if "simulated_acceptance_length" in meta:
             detail += f"; simulated {meta['simulated_acceptance_length'].value:.3f}"
         lines += [f"acceptance_length={meta['acceptance_length'].value:.3f}", f"  ({detail})"]
+        if "ood_acceptance_length" in meta:
+            ood = " / ".join(f"{meta[f'ood_acceptance_pos_{i}'].value:.3f}" for i in range(1, k + 1))
+            lines += [f"ood_acceptance_length={meta['ood_acceptance_length'].value:.3f}",
+                      f"  (out-of-distribution: {meta['ood_partitions'].value}, {meta['ood_prompts_evaluated'].value} "
+                      f"prompts; per position {ood})"]
     try:
         lines += ["lineage:", *summary_lines(read_lineage(path), path)]
     except LineageError as exc:

@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from eagle_assets.prompt_records import DEFAULT_HELDOUT_FRACTION, Prompt, Skip, classify
+from eagle_assets.prompt_records import Prompt, Skip, classify
 from eagle_assets.sources import DatasetSource, SourceUnavailable
+from eagle_assets.splits import SplitRule
 
 PROGRESS_EVERY_S = 5.0
 
@@ -42,7 +43,7 @@ def collect(
     *,
     limit: int | None = None,
     seed: int = 0,
-    heldout_fraction: float = DEFAULT_HELDOUT_FRACTION,
+    rule: SplitRule = SplitRule(),
     progress: Callable[[Collection, float], None] | None = None,
 ) -> Collection:
     """Read every row of ``source``; keep a seeded uniform sample of ``limit`` unique prompts.
@@ -61,7 +62,7 @@ def collect(
         for item in source.records(location):
             out.rows_read += 1
             last_row = item.row
-            result = classify(source.name, item, heldout_fraction)
+            result = classify(source.name, item, rule)
             if isinstance(result, Skip):
                 out.skips.append(result)
             elif result.prompt_id in seen:

@@ -1,4 +1,4 @@
-"""Turn one raw dataset row into a validated prompt: messages, reference answer, stable id, split.
+"""Turn one raw dataset row into a validated prompt: messages, reference answer, stable id, group, split.
 
 Sources stay thin readers (``eagle_assets.sources``); every rule about what a usable prompt is lives
 here so that all datasets are held to the same rules and ids.
@@ -9,17 +9,19 @@ here so that all datasets are held to the same rules and ids.
   after it are the dataset's original answer (``reference``), kept for the static-data baseline.
 * ``prompt_id`` hashes the source name and the *normalized* messages, so re-reading the same data
   gives the same ids, and two rows that differ only in whitespace or Unicode form are duplicates.
+* ``group_id`` names the problem (the row's ``group`` key, else its normalized text) and decides the
+  split (``eagle_assets.splits``), so one problem worded two ways never lands on both sides.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from eagle_assets.sources import RawRecord, SkippedRow
+from eagle_assets.splits import SplitRule, default_group_key, group_id
 from eagle_assets.storage import combined_hash
 
 # Speaker names seen in the wild, mapped onto the three roles a chat template understands.
@@ -44,9 +46,8 @@ SKIP_REASONS = (
     "empty_content",
     "non_string_content",
     "not_utf8",
+    "bad_group",  # a `group` key that is not a non-empty string or integer
 )
-
-DEFAULT_HELDOUT_FRACTION = 0.1
 
 
 class RowRejected(ValueError):
@@ -83,6 +84,7 @@ class Prompt:
     messages: list[dict[str, str]]
     reference: str | None
     split: str
+    group_id: str
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def as_row(self) -> dict[str, Any]:
@@ -93,6 +95,7 @@ class Prompt:
             "messages": self.messages,
             "reference": self.reference,
             "split": self.split,
+            "group_id": self.group_id,
             "metadata": json.dumps(self.metadata, sort_keys=True, ensure_ascii=False, default=str),
         }
 
@@ -163,16 +166,18 @@ def prompt_id(source: str, messages: list[dict[str, str]]) -> str:
     return combined_hash([source, canonical])[:16]
 
 
-def split_for(pid: str, heldout_fraction: float) -> str:
-    """``heldout`` for a stable ``heldout_fraction`` of ids, ``train`` otherwise.
+def _group_key(data: dict[str, Any], messages: list[dict[str, str]]) -> str:
+    """The row's own ``group`` (the problem it asks, as the dataset names it), else the normalized text."""
+    if "group" not in data or data["group"] is None:
+        return default_group_key(messages)
+    group = data["group"]
+    if isinstance(group, bool) or not isinstance(group, (str, int)) or not str(group).strip():
+        raise RowRejected("bad_group", f"`group` is {group!r}: give a non-empty string (or integer) naming the "
+                          "problem the row asks, or leave it out to group by the prompt's normalized text")
+    return f"given:{str(group).strip()}"
 
-    The id is hashed again (salted) so the split is independent of anything else keyed on id bits.
-    """
-    bucket = int.from_bytes(hashlib.sha256(f"split:{pid}".encode()).digest()[:8], "big") / 2**64
-    return "heldout" if bucket < heldout_fraction else "train"
 
-
-def to_prompt(source: str, record: RawRecord, heldout_fraction: float = DEFAULT_HELDOUT_FRACTION) -> Prompt:
+def to_prompt(source: str, record: RawRecord, rule: SplitRule = SplitRule()) -> Prompt:
     """Validate and normalize one raw record; raises :class:`RowRejected` with the reason."""
     turns = _turns(record.data)
     user_turns = [i for i, t in enumerate(turns) if t["role"] == "user"]
@@ -187,24 +192,24 @@ def to_prompt(source: str, record: RawRecord, heldout_fraction: float = DEFAULT_
     metadata = dict(metadata) if isinstance(metadata, dict) else {}
     metadata.setdefault("row", record.row)
     source_id = record.data.get("id")
+    group = group_id(_group_key(record.data, messages))
     return Prompt(
         prompt_id=pid,
         source=source,
         source_id=str(source_id) if source_id is not None else record.row,
         messages=messages,
         reference=reference,
-        split=split_for(pid, heldout_fraction),
+        split=rule.split(group),
+        group_id=group,
         metadata=metadata,
     )
 
 
-def classify(
-    source: str, item: RawRecord | SkippedRow, heldout_fraction: float = DEFAULT_HELDOUT_FRACTION
-) -> Prompt | Skip:
+def classify(source: str, item: RawRecord | SkippedRow, rule: SplitRule = SplitRule()) -> Prompt | Skip:
     """A prompt, or the reason the row was skipped (for rows a source could not even read, too)."""
     if isinstance(item, SkippedRow):
         return Skip(source, item.row, item.kind, item.reason)
     try:
-        return to_prompt(source, item, heldout_fraction)
+        return to_prompt(source, item, rule)
     except RowRejected as exc:
         return Skip(source, item.row, exc.reason, exc.detail)

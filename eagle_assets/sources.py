@@ -5,7 +5,9 @@ A source yields *raw records*, one per dataset row, in either of the two common 
 * OpenAI: ``{"messages": [{"role": "user", "content": "..."}, ...]}``
 * ShareGPT: ``{"conversations": [{"from": "human", "value": "..."}, ...]}``
 
-plus optional ``"id"`` and ``"metadata"`` keys. The ``prompts`` asset normalizes, validates, dedups
+plus optional ``"id"``, ``"metadata"`` and ``"group"`` keys. ``group`` names the *problem* a row asks
+(rows worded differently but asking the same thing share it); the split hashes it, so such rows never
+land on both sides of the train/held-out line. Without it a row's group is its normalized text. The ``prompts`` asset normalizes, validates, dedups
 and ids them (``eagle_assets.prompt_records``), so a source stays a thin reader. A row the source
 cannot even read (a broken JSON line, undecodable bytes) is yielded as :class:`SkippedRow` with a
 reason instead of raising, so one bad line never loses the rest of the file.
@@ -60,6 +62,9 @@ class DatasetSource:
     # Where the rows live when the launchpad gives no ``location`` (a path, a glob or a hub id).
     default_location: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # An evaluation set (e.g. out-of-distribution prompts): every row is ``heldout``, never trained on,
+    # and ``eagle3_eval`` reports its acceptance beside the in-distribution held-out one.
+    evaluation_only: bool = False
 
     def records(self, location: str | None = None) -> Iterator[RawRecord | SkippedRow]:
         """Yield every row of the dataset, in a stable order."""

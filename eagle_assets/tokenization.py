@@ -22,7 +22,6 @@ from eagle_assets.storage import combined_hash, list_column_parts
 SEQUENCES_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
-        ("split", pa.string()),
         ("input_ids", pa.list_(pa.int32())),
         ("loss_mask", pa.list_(pa.int8())),
         ("seq_len", pa.int32()),
@@ -56,16 +55,14 @@ class Built:
     """Rows as flat token arrays (one concatenation at the end instead of per-row Python lists)."""
 
     prompt_ids: list[str] = field(default_factory=list)
-    splits: list[str] = field(default_factory=list)
     origins: list[str] = field(default_factory=list)
     tokens: list[np.ndarray] = field(default_factory=list)
     prompt_lengths: list[int] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     cut_to_max_length: int = 0
 
-    def add(self, prompt_id: str, split: str, prompt, completion, origin: str) -> None:
+    def add(self, prompt_id: str, prompt, completion, origin: str) -> None:
         self.prompt_ids.append(prompt_id)
-        self.splits.append(split)
         self.origins.append(origin)
         self.tokens.append(np.concatenate([np.asarray(prompt, np.int32), np.asarray(completion, np.int32)]))
         self.prompt_lengths.append(len(prompt))
@@ -83,7 +80,7 @@ class Built:
             mask[start:start + prompt_len] = 0
         arrow_offsets = pa.array(offsets, pa.int32())
         return pa.table(
-            {"prompt_id": pa.array(self.prompt_ids, pa.string()), "split": pa.array(self.splits, pa.string()),
+            {"prompt_id": pa.array(self.prompt_ids, pa.string()),
              "input_ids": pa.ListArray.from_arrays(arrow_offsets, pa.array(values, pa.int32())),
              "loss_mask": pa.ListArray.from_arrays(arrow_offsets, pa.array(mask, pa.int8())),
              "seq_len": pa.array(lengths, pa.int32()), "origin": pa.array(self.origins, pa.string())},
@@ -95,17 +92,26 @@ def _column(samples: pa.Table, name: str) -> list:
     return samples[name].to_pylist() if name in samples.column_names else [None] * samples.num_rows
 
 
-def build_rows(samples: pa.Table, messages: dict[str, list[dict]], render: Renderer, policy: Policy) -> Built:
-    """One row per usable sample; every other sample counted under the reason it was skipped."""
+def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[str, str], render: Renderer,
+               policy: Policy) -> Built:
+    """One row per usable sample; every other sample counted under the reason it was skipped.
+
+    ``splits`` (prompt id -> split) and ``messages`` are the *current* prompts table's: a sample whose
+    prompt has left the table, or whose prompt is now in a split the policy leaves out, makes no row,
+    whatever split it was captured under.
+    """
     out = Built()
-    ids, statuses, splits = _column(samples, "prompt_id"), _column(samples, "status"), _column(samples, "split")
+    ids, statuses = _column(samples, "prompt_id"), _column(samples, "status")
     truncated = _column(samples, "truncated")
     prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
     for i, prompt_id in enumerate(ids):
         if statuses[i] != "ok":
             out.skipped["error"] += 1
             continue
-        if splits[i] not in policy.splits:
+        if prompt_id not in splits:
+            out.skipped["not_in_prompts"] += 1
+            continue
+        if splits[prompt_id] not in policy.splits:
             out.skipped["other_split"] += 1
             continue
         if truncated[i] and policy.truncated_samples == "drop":
@@ -113,13 +119,9 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], render: Rende
             continue
         prompt_ids, completion_ids, origin = prompts[i], completions[i], "server_tokens"
         if prompt_ids is None or completion_ids is None or not len(prompt_ids) or not len(completion_ids):
-            conversation = messages.get(prompt_id)
-            if conversation is None:
-                out.skipped["no_prompt_row"] += 1
-                continue
             # Texts are read per rendered row only: the common (server-token) path never builds them.
             prompt_ids, completion_ids = render(
-                conversation, samples["reasoning"][i].as_py(), samples["content"][i].as_py())
+                messages[prompt_id], samples["reasoning"][i].as_py(), samples["content"][i].as_py())
             origin = "rendered"
         if not len(completion_ids):
             out.skipped["empty_completion"] += 1
@@ -130,13 +132,14 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], render: Rende
                 continue
             completion_ids = completion_ids[: policy.max_length - len(prompt_ids)]
             out.cut_to_max_length += 1
-        out.add(prompt_id, splits[i], prompt_ids, completion_ids, origin)
+        out.add(prompt_id, prompt_ids, completion_ids, origin)
     return out
 
 
 def content_hash(table: pa.Table) -> str:
-    """Ids, splits and the exact token and mask values: what hidden states and training read."""
-    parts: list[bytes | str] = ["\x1f".join(table["prompt_id"].to_pylist()), "\x1f".join(table["split"].to_pylist())]
+    """Ids and the exact token and mask values: what hidden states and training read (splits are read
+    from the current prompts table by each stage, not from here)."""
+    parts: list[bytes | str] = ["\x1f".join(table["prompt_id"].to_pylist())]
     for name in ("input_ids", "loss_mask"):
         parts += list_column_parts(table[name])
     return combined_hash(parts)[:16]

@@ -38,8 +38,13 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
     checkpoint = Path(_value(output, "checkpoint"))
     assert {"config.json", "model.safetensors", "lineage.json"} <= {p.name for p in checkpoint.iterdir()}
     tau = float(_value(output, "acceptance_length"))
-    # vLLM-measured at K=3 on held-out prompts: the recipe's target for the tiny verifier is 3.5.
+    # vLLM-measured at K=3 on in-distribution held-out prompts: the recipe's target for the tiny verifier is 3.5.
     assert 3.5 <= tau <= 4.0
+    # The out-of-distribution set (demo_ood), measured the same way beside it: no floor, only a real number
+    # (1 = nothing accepted, 4 = everything at K=3).
+    ood = float(_value(output, "ood_acceptance_length"))
+    assert 1.0 <= ood <= 4.0
+    assert re.search(r"out-of-distribution: demo_ood, \d+ prompts", output)
     tail = output[output.index("acceptance_length="):]
     assert "lineage:" in tail and "prompts[demo]" in tail
 

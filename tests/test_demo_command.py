@@ -33,17 +33,20 @@ def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storag
 
     with dg.DagsterInstance.ephemeral() as instance:
         results = run_demo(defs, instance, "demo")
-        assert [r.success for r in results] == [True, True]
+        # The partition's assets; prompts of the evaluation-only demo_ood (eagle3_eval's out-of-distribution
+        # set); then the assets over all partitions.
+        assert [r.success for r in results] == [True, True, True]
         lines = [line for r in results for line in summarize(r)]
         assert lines[0].startswith("prompts[demo] version ") and "rows_kept=" in lines[0]
-        assert lines[1].startswith("prompt_lengths[demo]") and lines[2].startswith("summary_over_all_partitions ")
+        assert lines[1].startswith("prompt_lengths[demo]") and lines[2].startswith("prompts[demo_ood] version ")
+        assert lines[3].startswith("summary_over_all_partitions ")
         record = instance.get_latest_materialization_event(summary_over_all_partitions.key)
-        assert record.asset_materialization.metadata["partitions_seen"].value == 1
+        assert record.asset_materialization.metadata["partitions_seen"].value == 2
 
 
 def test_demo_refuses_an_unknown_partition_with_the_known_ones(storage_root):
     [prompts] = prompts_family.build(source_partitions())["assets"]
     defs = dg.Definitions(assets=[prompts], resources={"storage": storage_root})
     with dg.DagsterInstance.ephemeral() as instance:
-        with pytest.raises(ValueError, match=r"unknown partition 'nope'; the dataset sources are demo, jsonl"):
+        with pytest.raises(ValueError, match=r"unknown partition 'nope'; the dataset sources are demo, demo_ood, jsonl"):
             run_demo(defs, instance, "nope")

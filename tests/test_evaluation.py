@@ -174,6 +174,9 @@ def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_fact
                                 "reasoning_samples": {"config": {"max_tokens": 512}}}},
         )
         assert data.success
+        # The out-of-distribution set: an evaluation-only source's prompts, all heldout.
+        assert dg.materialize(defs, selection=["prompts"], partition_key="demo_ood", instance=instance,
+                              resources=resources).success
         trained = dg.materialize(defs, selection=["eagle3_checkpoint"], instance=instance, resources=resources,
                                  run_config={"ops": {"eagle3_checkpoint": {"config": {"epochs": 3, "lr": 0.003}}}})
         assert trained.success
@@ -209,6 +212,11 @@ def test_eval_measures_acceptance_with_vllm(evaluated):
     assert checks["acceptance_length_above_floor"].passed
     report = json.loads(Path(meta["report"]).read_text())
     assert report["acceptance_length"] == meta["acceptance_length"] and len(report["prompt_ids"]) == 12
+    # The out-of-distribution set, measured apart on the same speculating server, same convention.
+    assert meta["ood_partitions"] == "demo_ood" and meta["ood_prompts_evaluated"] == 12
+    assert meta["ood_drafts"] > 0
+    assert meta["ood_acceptance_length"] == pytest.approx(1 + meta["ood_accepted_tokens"] / meta["ood_drafts"], abs=1e-3)
+    assert len(report["ood_prompt_ids"]) == 12 and not set(report["ood_prompt_ids"]) & set(report["prompt_ids"])
 
 
 @pytest.mark.integration
@@ -219,9 +227,14 @@ def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
 
     meta, _, root = evaluated
     report = json.loads(Path(meta["report"]).read_text())
-    prompts = {r["prompt_id"]: r["split"] for r in pq.read_table(root / "prompts" / "demo" / "prompts.parquet").to_pylist()}
-    assert {prompts[p] for p in report["prompt_ids"]} == {"heldout"}
-    # Training reads the train rows of token_sequences only: none of them is an evaluated prompt.
-    rows = pq.read_table(root / "token_sequences" / "demo" / "sequences.parquet", columns=["prompt_id", "split"])
-    trained_on = {r["prompt_id"] for r in rows.to_pylist() if r["split"] == "train"}
-    assert trained_on and not trained_on & set(report["prompt_ids"])
+    prompts = {r["prompt_id"]: r for r in pq.read_table(root / "prompts" / "demo" / "prompts.parquet").to_pylist()}
+    assert {prompts[p]["split"] for p in report["prompt_ids"]} == {"heldout"}
+    # The rows the checkpoint trained and validated on (its training folder): no evaluated prompt, and
+    # no evaluated problem, is among them.
+    training = json.loads((Path(report["checkpoint"]) / "training.json").read_text())
+    rows = pq.read_table(Path(training["data"]["folder"]) / "rows.parquet").to_pylist()
+    assert {r["split"] for r in rows} == {"train", "validation"}
+    evaluated_ids = set(report["prompt_ids"]) | set(report["ood_prompt_ids"])
+    assert not {r["prompt_id"] for r in rows} & evaluated_ids
+    assert not {r["group_id"] for r in rows} & {prompts[p]["group_id"] for p in report["prompt_ids"]}
+    assert meta["excluded_trained"] == 0  # nothing was re-split after training here

@@ -19,7 +19,7 @@ from eagle_assets.sources import DatasetSource, RawRecord
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-BUILT_IN_SOURCES = {"demo", "jsonl", "parquet", "open_perfectblend"}
+BUILT_IN_SOURCES = {"demo", "demo_ood", "jsonl", "parquet", "open_perfectblend"}
 
 
 def materialize_prompts(defs, partition):

@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from eagle_assets.prompt_records import SKIP_REASONS, Prompt, Skip, classify, prompt_id, split_for, to_prompt
+from eagle_assets.prompt_records import SKIP_REASONS, Prompt, Skip, classify, prompt_id, to_prompt
 from eagle_assets.sources import RawRecord, SkippedRow
+from eagle_assets.splits import SplitRule, group_id, split_for
 
 
 def record(data, row="data.jsonl:1"):
@@ -107,15 +108,62 @@ def test_rows_a_source_could_not_read_keep_their_kind():
     assert set(SKIP_REASONS) >= {"unreadable", "not_utf8"}
 
 
-def test_split_is_deterministic_and_follows_the_fraction():
-    ids = [prompt_id("s", [{"role": "user", "content": f"question {i}"}]) for i in range(4000)]
-    splits = [split_for(i, 0.1) for i in ids]
-    assert splits == [split_for(i, 0.1) for i in ids]
-    heldout = splits.count("heldout") / len(ids)
-    assert 0.08 < heldout < 0.12
-    assert {split_for(i, 0.0) for i in ids} == {"train"}
-    # Raising the fraction only moves prompts into held-out, never out of it.
-    assert all(split_for(i, 0.3) == "heldout" for i, s in zip(ids, splits) if s == "heldout")
+def test_split_is_deterministic_and_follows_the_fractions():
+    groups = [group_id(f"question {i}") for i in range(4000)]
+    splits = [split_for(g, 0.1, 0.1) for g in groups]
+    assert splits == [split_for(g, 0.1, 0.1) for g in groups]
+    assert 0.08 < splits.count("heldout") / len(groups) < 0.12
+    assert 0.08 < splits.count("validation") / len(groups) < 0.12
+    assert {split_for(g, 0.0, 0.0) for g in groups} == {"train"}
+    # Raising one fraction only moves prompts between that split and train, never across the others.
+    more_heldout = [split_for(g, 0.1, 0.3) for g in groups]
+    assert all(after == "heldout" for before, after in zip(splits, more_heldout) if before == "heldout")
+    assert [s == "validation" for s in splits] == [s == "validation" for s in more_heldout]
+    with pytest.raises(ValueError, match="leaves no train split"):
+        split_for(groups[0], 0.5, 0.5)
+
+
+def test_the_same_problem_worded_two_ways_never_crosses_the_split():
+    """Rows naming one problem (the demo's operator and operands) share a group, hence a split, for
+    every fraction; without a `group` key, wordings that differ only in case, spacing and punctuation do."""
+    wordings = ["What is 12 + 34?", "Compute 12 + 34.", "Please work out 12 + 34.", "Solve 12 + 34."]
+    for fractions in [(0.1, 0.1), (0.0, 0.5), (0.3, 0.3), (0.45, 0.45)]:
+        rule = SplitRule(*fractions)
+        given = [to_prompt("demo", record({**openai(("user", w)), "group": "arithmetic:12+34"}), rule) for w in wordings]
+        assert len({p.prompt_id for p in given}) == len(wordings)  # four distinct prompts ...
+        assert len({p.group_id for p in given}) == 1 and len({p.split for p in given}) == 1  # ... one problem
+        plain = [to_prompt("s", record(openai(("user", w))), rule)
+                 for w in ["What is 12 + 34?", "what  is 12+34", "WHAT IS 12 + 34 ?!"]]
+        assert len({p.prompt_id for p in plain}) == 3 and len({p.group_id for p in plain}) == 1
+        assert len({p.split for p in plain}) == 1
+    # Another problem is another group; a system prompt alone does not make one.
+    other = to_prompt("s", record(openai(("user", "What is 12 + 35?"))))
+    with_system = to_prompt("s", record(openai(("system", "Be brief."), ("user", "What is 12 + 34?"))))
+    assert other.group_id != plain[0].group_id and with_system.group_id == plain[0].group_id
+
+
+def test_the_bundled_demo_rows_keep_each_problem_in_one_split():
+    from eagle_assets.plugin_manager import dataset_source
+    from eagle_assets.prompt_collection import collect
+
+    found = collect(dataset_source("demo"))
+    by_group: dict[str, set[str]] = {}
+    for p in found.prompts:
+        by_group.setdefault(p.group_id, set()).add(p.split)
+    reworded = [g for g in by_group if sum(p.group_id == g for p in found.prompts) > 1]
+    assert len(reworded) > 10  # the set does word some problems twice ...
+    assert all(len(splits) == 1 for splits in by_group.values())  # ... and never across the line
+
+
+def test_an_evaluation_only_source_puts_every_row_in_heldout():
+    rule = SplitRule(0.1, 0.1, evaluation_only=True)
+    assert {to_prompt("s", record(openai(("user", f"q {i}"))), rule).split for i in range(50)} == {"heldout"}
+
+
+@pytest.mark.parametrize("group", [["a"], {"a": 1}, "  ", True])
+def test_a_malformed_group_key_is_skipped_with_its_reason(group):
+    result = classify("s", record({**openai(("user", "hi")), "group": group}))
+    assert isinstance(result, Skip) and result.reason == "bad_group" and "`group`" in result.detail
 
 
 def test_metadata_is_json_and_kept():

@@ -61,7 +61,8 @@ def test_demo_partition_writes_the_contract_schema_with_counts_and_versions(stor
     assert n["rows_kept"] == t.num_rows == n["rows_read"] - n["duplicates"] - n["skipped"]
     assert n["duplicates"] > 0  # the generated arithmetic set repeats a few questions
     assert n["skipped"] == 0 and n["skipped_not_utf8"] == 0
-    assert n["train"] + n["heldout"] == t.num_rows and n["heldout"] > 0
+    assert n["train"] + n["validation"] + n["heldout"] == t.num_rows and n["validation"] > 0 and n["heldout"] > 0
+    assert n["groups"] < t.num_rows  # some problems are asked in several wordings: one group each
     assert len(set(t.column("prompt_id").to_pylist())) == t.num_rows
     assert mat.tags["dagster/code_version"] == CODE_VERSION
     assert set(t.column("source").to_pylist()) == {"demo"}
@@ -89,10 +90,19 @@ def test_limit_is_a_seeded_sample_in_dataset_order(storage_root):
     assert positions[-1] > 100  # a sample of the whole set, not its head
 
 
-def test_heldout_fraction_is_configurable(storage_root):
-    materialize(storage_root, "demo", {"heldout_fraction": 0.5})
+def test_split_fractions_are_configurable_and_checked(storage_root):
+    materialize(storage_root, "demo", {"heldout_fraction": 0.5, "validation_fraction": 0.2})
     splits = table(storage_root, "demo").column("split").to_pylist()
     assert 0.4 < splits.count("heldout") / len(splits) < 0.6
+    assert 0.13 < splits.count("validation") / len(splits) < 0.27
+    result = materialize(storage_root, "demo", {"heldout_fraction": 0.6, "validation_fraction": 0.4})
+    assert not result.success and "leaves no train split" in failure_text(result)
+
+
+def test_an_evaluation_only_source_is_all_heldout(storage_root):
+    assert materialize(storage_root, "demo_ood").success
+    t = table(storage_root, "demo_ood")
+    assert t.num_rows > 0 and set(t.column("split").to_pylist()) == {"heldout"}
 
 
 def test_bad_rows_and_duplicates_are_counted_by_reason_and_listed(storage_root, tmp_path):

@@ -83,7 +83,7 @@ def test_policies_drop_truncated_and_cut_overlong_rows(storage_root, tiny_verifi
     limit = sorted(upstream["lengths"].values())[6]  # the median row: some rows are cut, some are not
     result = materialize(storage_root, Verifier(model_path=str(tiny_verifier)),
                          {"truncated_policy": "drop", "max_length": limit, "overlength_policy": "truncate",
-                          "splits": ["train", "heldout"]}, with_check=False)
+                          "splits": ["train", "validation", "heldout"]}, with_check=False)
     assert result.success
     table = sequences(storage_root)
     assert max(table["seq_len"].to_pylist()) <= limit

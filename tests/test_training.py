@@ -36,7 +36,7 @@ def features(tmp_path_factory):
     root = base / "storage"
     for seed, partition in enumerate(PARTITIONS):
         write_random_features(root, partition, verifier_path=verifier, layer_ids=LAYERS, hidden_size=HIDDEN,
-                              vocab_size=VOCAB, num_rows=12, seq_len=(40, 120), seed=seed)
+                              vocab_size=VOCAB, num_rows=12, seq_len=(40, 120), seed=seed, validation_fraction=0.25)
     return root, verifier
 
 
@@ -77,6 +77,24 @@ def test_training_folder_links_tensors_and_speculators_reads_it(features, tmp_pa
     stamp = (data.path / "rows.parquet").stat().st_mtime_ns
     again = build_training_data(root, PARTITIONS, tmp_path / "work")
     assert again.path == data.path and (data.path / "rows.parquet").stat().st_mtime_ns == stamp
+
+
+def test_the_validation_split_is_the_tail_speculators_validates_on(features, tmp_path):
+    from speculators.train.data import ArrowDataset
+
+    from eagle_assets.splits import read_current_splits
+
+    root, _ = features
+    data = build_training_data(root, PARTITIONS, tmp_path / "work")
+    rows = pq.read_table(data.path / "rows.parquet").to_pylist()
+    n_val = data.num_validation_rows
+    assert 0 < n_val < data.num_rows == len(rows)
+    assert [r["split"] for r in rows] == ["train"] * (data.num_rows - n_val) + ["validation"] * n_val
+    current = {pid: split for p in PARTITIONS for pid, (split, _) in read_current_splits(root, p).items()}
+    assert all(current[r["prompt_id"]] == r["split"] for r in rows)  # the prompts table's labels, not others
+    val = ArrowDataset(max_len=256, datapath=str(data.path), on_missing="raise",
+                       train_ratio=data.train_data_ratio, split="val")
+    assert len(val) == n_val
 
 
 def test_training_folder_rejects_inconsistent_features(features, tmp_path):
@@ -158,8 +176,7 @@ def _resources(root: Path, verifier: Path) -> dict:
     return {"storage": StorageRoot(root=str(root)), "verifier": Verifier(model_path=str(verifier))}
 
 
-TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "validation_fraction": 0.25,
-            "log_every_steps": 1}
+TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "log_every_steps": 1}
 
 
 @pytest.mark.integration
@@ -236,7 +253,7 @@ def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_veri
     from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
-    prompts = demo_prompts(storage_root, limit=16)
+    prompts = demo_prompts(storage_root, limit=24, validation_fraction=0.25, heldout_fraction=0.1)
     write_samples(storage_root, [sample_row(p, tokenizer, steps=3) for p in prompts])
     partitions = source_partitions()
     features = [*token_sequences.build(partitions)["assets"], *hidden_states.build(partitions)["assets"]]
@@ -249,9 +266,33 @@ def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_veri
     assert all(e.passed for e in result.get_asset_check_evaluations())
     meta = result.get_asset_materialization_events()[0].materialization.metadata
     train_rows = sum(p["split"] == "train" for p in prompts)
-    assert meta["partitions"].value == PARTITION and meta["rows"].value == train_rows
-    config = json.loads((Path(meta["path"].value) / "config.json").read_text())
+    validation_rows = sum(p["split"] == "validation" for p in prompts)
+    assert meta["partitions"].value == PARTITION and meta["rows"].value == train_rows + validation_rows
+    assert meta["validation_rows"].value == validation_rows > 0
+    checkpoint = Path(meta["path"].value)
+    config = json.loads((checkpoint / "config.json").read_text())
     assert config["speculators_config"]["verifier"]["name_or_path"] == str(tiny_verifier)
+    _resplit_never_evaluates_a_trained_prompt(storage_root, checkpoint, prompts)
+
+
+def _resplit_never_evaluates_a_trained_prompt(storage_root, checkpoint: Path, before: list[dict]) -> None:
+    """heldout_fraction raised after capture and training: prompts the checkpoint trained or validated
+    on are now labelled heldout, yet eagle3_eval's selection leaves every one out, and a training folder
+    built from the same (unchanged) token_sequences/hidden_states takes only the current train rows."""
+    from eagle_assets.evaluation.eval_sets import heldout_set, trained_on
+    from upstream_rows import PARTITION, demo_prompts
+
+    after = demo_prompts(storage_root, limit=24, validation_fraction=0.25, heldout_fraction=0.6)
+    trained = trained_on(checkpoint)
+    moved = {p["prompt_id"] for p in after if p["split"] == "heldout"} & trained.prompt_ids
+    assert moved  # the re-split did put trained prompts into heldout
+    chosen = heldout_set("in-distribution", Path(storage_root.root), [PARTITION], 64, trained)
+    assert chosen.requests and chosen.excluded_trained == len(moved)
+    assert not {r.prompt_id for r in chosen.requests} & trained.prompt_ids
+    assert {r.prompt_id for r in chosen.requests} <= {p["prompt_id"] for p in before if p["split"] == "heldout"}
+    rebuilt = build_training_data(Path(storage_root.root), [PARTITION], Path(storage_root.root) / "rebuilt")
+    rows = pq.read_table(rebuilt.path / "rows.parquet")["prompt_id"].to_pylist()
+    assert not set(rows) & {p["prompt_id"] for p in after if p["split"] == "heldout"}
 
 
 def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_path):

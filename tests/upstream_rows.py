@@ -13,10 +13,11 @@ from eagle_assets.partitions import source_partitions
 PARTITION = "demo"
 
 
-def demo_prompts(storage_root, limit: int) -> list[dict]:
+def demo_prompts(storage_root, limit: int, **config) -> list[dict]:
     result = dg.materialize(
         [prompts_family.build(source_partitions())["assets"][0]], partition_key=PARTITION,
-        resources={"storage": storage_root}, run_config={"ops": {"prompts": {"config": {"limit": limit}}}},
+        resources={"storage": storage_root},
+        run_config={"ops": {"prompts": {"config": {"limit": limit, **config}}}},
     )
     assert result.success
     return pq.read_table(storage_root.path("prompts", PARTITION) / "prompts.parquet").to_pylist()

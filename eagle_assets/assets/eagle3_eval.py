@@ -1,10 +1,13 @@
 """The ``eagle3_eval`` asset: how many tokens the draft saves, measured by vLLM speculative decoding.
 
 The verifier is served with the latest ``eagle3_checkpoint`` as its EAGLE-3 draft; held-out prompts
-(split ``heldout`` of ``prompts``: training reads only split ``train``) are sent greedily, and the
-acceptance length and per-position acceptance come from vLLM's own spec-decode counters. The
-simulated value of the same draft on the same greedy outputs (verifier hidden states, speculators'
-forward) is recorded beside it. Both use vLLM's convention τ = 1 + accepted / drafts.
+(split ``heldout`` of the current ``prompts`` tables; training reads only ``train`` and ``validation``)
+are sent greedily, and the acceptance length and per-position acceptance come from vLLM's own
+spec-decode counters. An out-of-distribution set (the evaluation-only partitions, e.g. ``demo_ood``)
+is measured the same way on the same server and reported beside it as ``ood_*``. A held-out prompt
+whose problem the checkpoint trained or validated on is never sent (``eagle_assets.evaluation.eval_sets``).
+The simulated value of the same draft on the in-distribution greedy outputs (verifier hidden states,
+speculators' forward) is recorded too. All use vLLM's convention τ = 1 + accepted / drafts.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
@@ -13,23 +16,23 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import Field
 
 from eagle_assets.assets import eagle3_checkpoint as checkpoint_asset
-from eagle_assets.assets import prompts as prompts_asset
+from eagle_assets.evaluation.eval_sets import EvalSetError, heldout_set, trained_on
+from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
+from eagle_assets.splits import prompts_file
 from eagle_assets.storage import combined_hash, write_json, write_parquet
 
 ASSET = "eagle3_eval"
 CHECKPOINT_ASSET = checkpoint_asset.ASSET
-HELDOUT_SPLIT = "heldout"
 REPORT_FILE = "report.json"
 OUTPUTS_FILE = "greedy_outputs.parquet"
 # Bump when the same checkpoint and settings would be measured differently.
-CODE_VERSION = "eagle3_eval-1"
-OUTPUTS_SCHEMA = pa.schema([("prompt_id", pa.string()), ("prompt_token_ids", pa.list_(pa.int32())),
+CODE_VERSION = "eagle3_eval-2"  # 2: trained problems excluded; out-of-distribution set beside held-out
+OUTPUTS_SCHEMA = pa.schema([("eval_set", pa.string()), ("prompt_id", pa.string()),
+                            ("prompt_token_ids", pa.list_(pa.int32())),
                             ("token_ids", pa.list_(pa.int32())), ("finish_reason", pa.string())])
 
 
@@ -38,12 +41,20 @@ class Eagle3EvalConfig(dg.Config):
 
     num_speculative_tokens: int = Field(default=3, ge=1, description="Draft tokens vLLM proposes per step (K).")
     max_prompts: int = Field(
-        default=64, ge=1, description="Held-out prompts to send (the first by prompt id, over the partitions)."
+        default=64, ge=1, description="Prompts to send per set, in-distribution and out-of-distribution (the "
+        "first by prompt id, over the set's partitions)."
     )
     max_tokens: int = Field(default=1024, ge=1, description="Most new tokens per greedy request.")
     partitions: list[str] = Field(
         default_factory=list,
-        description="Dataset partitions whose held-out prompts are used; empty = the checkpoint's training partitions.",
+        description="Dataset partitions whose held-out prompts are the in-distribution set; empty = the "
+        "checkpoint's training partitions.",
+    )
+    ood_partitions: list[str] | None = Field(
+        default=None,
+        description="Evaluation-only partitions (sources registered with evaluation_only, e.g. demo_ood, or your "
+        "own eval set) measured as the out-of-distribution set; unset = every one whose prompts are "
+        "materialized; [] = none.",
     )
     concurrency: int = Field(default=64, ge=1, description="Requests in flight at once.")
     port: int = Field(
@@ -80,19 +91,22 @@ def training_partitions(checkpoint: Path) -> list[str]:
     return list(json.loads(training.read_text()).get("data", {}).get("partitions", []))
 
 
-def heldout_requests(root: Path, partitions: list[str], limit: int):
-    """The first ``limit`` held-out prompts (by prompt id) of ``partitions``, as capture requests."""
-    from eagle_assets.generation.engine import PromptRequest
-
-    rows = []
-    for partition in partitions:
-        path = root / "prompts" / partition / prompts_asset.FILE_NAME
-        if not path.exists():
-            raise dg.Failure(f"{path} is missing: materialize prompts for partition '{partition}' first")
-        table = pq.read_table(path, columns=["prompt_id", "messages", "split"])
-        rows += table.filter(pc.equal(table["split"], HELDOUT_SPLIT)).to_pylist()
-    rows.sort(key=lambda r: r["prompt_id"])
-    return [PromptRequest(r["prompt_id"], [dict(m) for m in r["messages"]], HELDOUT_SPLIT) for r in rows[:limit]]
+def ood_partitions(config: Eagle3EvalConfig, root: Path, log) -> list[str]:
+    """The out-of-distribution partitions: as configured (each must be evaluation-only), else every
+    evaluation-only source whose prompts are materialized."""
+    sources = dataset_sources()
+    evaluation_only = [name for name, source in sources.items() if source.evaluation_only]
+    if config.ood_partitions is not None:
+        wrong = [p for p in config.ood_partitions if p not in evaluation_only]
+        if wrong:
+            raise dg.Failure(f"ood_partitions {wrong} are not evaluation-only sources (their prompts have train "
+                             f"rows); the evaluation-only sources are {evaluation_only}")
+        return list(config.ood_partitions)
+    chosen = [p for p in evaluation_only if prompts_file(root, p).exists()]
+    unmaterialized = sorted(set(evaluation_only) - set(chosen))
+    if unmaterialized:
+        log.info(f"evaluation-only partitions without materialized prompts, not evaluated: {unmaterialized}")
+    return chosen
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
@@ -117,23 +131,40 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         checkpoint = latest_checkpoint(context.instance)
         root = Path(storage.root)
         chosen = config.partitions or training_partitions(checkpoint) or partitions.get_partition_keys()
-        requests = heldout_requests(root, chosen, config.max_prompts)
-        context.log.info(f"evaluating {checkpoint} on {len(requests)} held-out prompts of {chosen}, "
+        try:
+            trained = trained_on(checkpoint)
+            sets = [heldout_set("in-distribution", root, chosen, config.max_prompts, trained),
+                    heldout_set("out-of-distribution", root, ood_partitions(config, root, context.log),
+                                config.max_prompts, trained)]
+        except EvalSetError as err:
+            raise dg.Failure(str(err)) from None
+        heldout, ood = sets
+        for chosen_set in sets:
+            if chosen_set.excluded_trained:
+                context.log.warning(f"{chosen_set.name}: {chosen_set.excluded_trained} held-out prompts left out: "
+                                    "the checkpoint trained or validated on their problem (prompts re-split after "
+                                    "training, or one problem in several partitions)")
+        context.log.info(f"evaluating {checkpoint} on {len(heldout.requests)} held-out prompts of {chosen} and "
+                         f"{len(ood.requests)} out-of-distribution prompts of {ood.partitions}, "
                          f"K={config.num_speculative_tokens}, greedy, max_tokens {config.max_tokens}")
         try:
             result = evaluate(
-                checkpoint, requests, vllm_server, verifier if config.simulated else None,
+                checkpoint, heldout.requests, vllm_server, verifier if config.simulated else None,
                 num_speculative_tokens=config.num_speculative_tokens, max_tokens=config.max_tokens,
                 concurrency=config.concurrency, port=config.port or vllm_server.port + 1,
-                measure_baseline=config.measure_baseline, logger=context.log,
+                measure_baseline=config.measure_baseline, logger=context.log, ood_requests=ood.requests,
             )
         except EvaluationError as err:
             raise dg.Failure(str(err)) from err
-        numbers = result.metadata()
+        numbers = {**result.metadata(), "excluded_trained": heldout.excluded_trained}
+        if ood.partitions:
+            numbers["ood_excluded_trained"] = ood.excluded_trained
         report = {
             "checkpoint": str(checkpoint),
             "partitions": chosen,
-            "prompt_ids": [r.prompt_id for r in requests],
+            "prompt_ids": [r.prompt_id for r in heldout.requests],
+            "ood_partitions": ood.partitions,
+            "ood_prompt_ids": [r.prompt_id for r in ood.requests],
             "config": config.model_dump(),
             "server_model": result.served.server_model,
             "vllm_version": result.served.vllm_version,
@@ -143,9 +174,11 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         folder = storage.path(ASSET) / checkpoint.name
         write_json(report, folder / REPORT_FILE)
         # The verifier's greedy outputs the numbers were measured on (re-simulate other drafts on them).
+        served_sets = [(heldout.name, result.served), (ood.name, result.ood)]
         write_parquet(pa.Table.from_pylist(
-            [{"prompt_id": r["prompt_id"], "prompt_token_ids": r["prompt_token_ids"], "token_ids": r["token_ids"],
-              "finish_reason": r["finish_reason"]} for r in result.served.ok_rows],
+            [{"eval_set": name, "prompt_id": r["prompt_id"], "prompt_token_ids": r["prompt_token_ids"],
+              "token_ids": r["token_ids"], "finish_reason": r["finish_reason"]}
+             for name, served in served_sets if served is not None for r in served.ok_rows],
             schema=OUTPUTS_SCHEMA), folder / OUTPUTS_FILE)
         version = combined_hash([checkpoint.name, json.dumps(numbers, sort_keys=True)])[:16]
         return dg.MaterializeResult(
@@ -156,6 +189,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "report": dg.MetadataValue.path(str(folder / REPORT_FILE)),
                 "greedy_outputs": dg.MetadataValue.path(str(folder / OUTPUTS_FILE)),
                 "partitions": ", ".join(chosen),
+                "ood_partitions": ", ".join(ood.partitions) or "(none)",
             },
             data_version=dg.DataVersion(version),
         )

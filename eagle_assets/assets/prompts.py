@@ -9,14 +9,21 @@ from pydantic import Field
 
 from eagle_assets.plugin_manager import dataset_source, load_errors
 from eagle_assets.prompt_collection import Collection, collect
-from eagle_assets.prompt_records import DEFAULT_HELDOUT_FRACTION, SKIP_REASONS
+from eagle_assets.prompt_records import SKIP_REASONS
 from eagle_assets.resources import StorageRoot
 from eagle_assets.sources import SourceUnavailable
+from eagle_assets.splits import (
+    DEFAULT_HELDOUT_FRACTION,
+    DEFAULT_VALIDATION_FRACTION,
+    PROMPTS_FILE,
+    SPLITS,
+    SplitRule,
+)
 from eagle_assets.storage import combined_hash, write_json, write_parquet
 
 # Bump when the rows this asset writes for the same input would change.
-CODE_VERSION = "prompts-1"
-FILE_NAME = "prompts.parquet"
+CODE_VERSION = "prompts-2"  # 2: group_id column; train / validation / heldout split by problem group
+FILE_NAME = PROMPTS_FILE
 SKIPPED_FILE = "skipped.json"
 EXAMPLES_SHOWN = 20
 
@@ -28,6 +35,7 @@ PROMPTS_SCHEMA = pa.schema(
         ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
         ("reference", pa.string()),
         ("split", pa.string()),
+        ("group_id", pa.string()),
         ("metadata", pa.string()),
     ]
 )
@@ -44,7 +52,15 @@ class PromptsConfig(dg.Config):
         default=DEFAULT_HELDOUT_FRACTION,
         ge=0.0,
         lt=1.0,
-        description="Share of prompts in the held-out split (chosen from each prompt id's hash).",
+        description="Share of problem groups in the `heldout` split: only eagle3_eval's reported acceptance "
+        "reads it (chosen from a hash of each prompt's group: the row's `group` key, else its normalized text).",
+    )
+    validation_fraction: float = Field(
+        default=DEFAULT_VALIDATION_FRACTION,
+        ge=0.0,
+        lt=1.0,
+        description="Share of problem groups in the `validation` split: the checkpoint's early stopping and "
+        "best epoch (and recipe tuning). Never used for the reported acceptance.",
     )
     location: str | None = Field(
         default=None,
@@ -55,7 +71,7 @@ class PromptsConfig(dg.Config):
 
 def _content_hash(table: pa.Table) -> str:
     """What downstream depends on: ids, messages (via the id), references, splits, metadata."""
-    cols = [table.column(c).to_pylist() for c in ("prompt_id", "reference", "split", "metadata")]
+    cols = [table.column(c).to_pylist() for c in ("prompt_id", "reference", "split", "group_id", "metadata")]
     return combined_hash("\x1f".join(str(v) for v in row) for row in zip(*cols))[:16]
 
 
@@ -65,7 +81,7 @@ def _unknown_source_failure(name: str, exc: KeyError) -> dg.Failure:
     return dg.Failure(description=f"{exc.args[0]}{hint}")
 
 
-def _metadata(found: Collection, table: pa.Table, path, version: str, location: str | None) -> dict:
+def _metadata(found: Collection, table: pa.Table, path, version: str, location: str | None, rule: SplitRule) -> dict:
     by_reason = found.skipped_by_reason
     splits = table.column("split").to_pylist()
     meta: dict = {
@@ -76,13 +92,16 @@ def _metadata(found: Collection, table: pa.Table, path, version: str, location: 
         "duplicates": found.duplicates,
         "skipped": len(found.skips),
         **{f"skipped_{reason}": by_reason.get(reason, 0) for reason in sorted(set(SKIP_REASONS) | set(by_reason))},
-        "train": splits.count("train"),
-        "heldout": splits.count("heldout"),
+        **{split: splits.count(split) for split in SPLITS},
+        "groups": len(set(table.column("group_id").to_pylist())),
         "with_reference": table.num_rows - table.column("reference").null_count,
         "source_version": version,
         "location": location or "(source default)",
         "path": dg.MetadataValue.path(str(path)),
         "source_complete": found.error is None,
+        "evaluation_only": rule.evaluation_only,
+        "validation_fraction": rule.validation_fraction,
+        "heldout_fraction": rule.heldout_fraction,
     }
     if found.skips:
         shown = "\n".join(f"- {s.message}" for s in found.skips[:EXAMPLES_SHOWN])
@@ -118,7 +137,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """Chat prompts of one dataset source (the partition), each with the dataset's original answer.
 
         Rows are validated and normalized, ided by a hash of source and messages, de-duplicated,
-        optionally sampled, and split train/held-out by id hash; skipped rows are counted by reason.
+        optionally sampled, and split train / validation / heldout by a hash of each prompt's problem
+        group (an evaluation-only source: all heldout); skipped rows are counted by reason.
         """
         name = context.partition_key
         try:
@@ -135,11 +155,12 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             )
 
         try:
+            rule = SplitRule(config.validation_fraction, config.heldout_fraction, source.evaluation_only)
+        except ValueError as exc:
+            raise dg.Failure(description=f"prompts config: {exc}") from None
+        try:
             version = source.resolved_version(location)
-            found = collect(
-                source, location, limit=config.limit, seed=config.seed,
-                heldout_fraction=config.heldout_fraction, progress=progress,
-            )
+            found = collect(source, location, limit=config.limit, seed=config.seed, rule=rule, progress=progress)
         except SourceUnavailable as exc:
             raise dg.Failure(description=str(exc)) from None
 
@@ -160,7 +181,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             f"({found.duplicates} duplicates, {len(found.skips)} skipped) -> {path}"
         )
         return dg.MaterializeResult(
-            metadata=_metadata(found, table, path, version, location),
+            metadata=_metadata(found, table, path, version, location, rule),
             data_version=dg.DataVersion(_content_hash(table)),
             check_results=[
                 dg.AssetCheckResult(

@@ -17,10 +17,10 @@ from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampli
 from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples
 from eagle_assets.resources import StorageRoot, VLLMServer
 from eagle_assets.resources.vllm_server import VLLMServerError
+from eagle_assets.splits import SPLITS
 
 # Bump when the rows this asset writes for the same input would change.
 CODE_VERSION = "reasoning_samples-1"
-SPLITS = ("train", "heldout")
 PERCENTILES = (50, 90, 99)
 
 
@@ -49,7 +49,8 @@ class ReasoningSamplesConfig(dg.Config):
     progress_interval_s: float = Field(default=5.0, gt=0, description="Seconds between progress log lines.")
     splits: list[str] = Field(
         default=list(SPLITS),
-        description="Which prompt splits to generate for: train (training data) and heldout (the eval's prompts).",
+        description="Which prompt splits to generate for (as the prompts table says now): train and validation "
+        "(training data), heldout (the static-data baseline's prompts; eagle3_eval sends its own requests).",
     )
     max_error_rate: float = Field(default=0.02, ge=0, le=1, description="Check: largest tolerated share of errors.")
     max_truncation_rate: float = Field(

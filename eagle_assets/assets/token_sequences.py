@@ -13,10 +13,11 @@ from pydantic import Field
 from eagle_assets.assets.prompts import FILE_NAME as PROMPTS_FILE
 from eagle_assets.generation.store import load_samples
 from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.splits import SPLITS, read_current_splits
 from eagle_assets.storage import write_json, write_parquet
 from eagle_assets.tokenization import DriftReport, Policy, build_rows, content_hash, measure_drift, template_hash
 
-CODE_VERSION = "token_sequences-1"
+CODE_VERSION = "token_sequences-2"  # 2: no split column; splits read from the current prompts table
 FILE_NAME = "sequences.parquet"
 REPORT_FILE = "tokenization.json"
 # Prompts render deterministically: any prompt mismatch means another template or tokenizer.
@@ -39,7 +40,11 @@ class TokenSequencesConfig(dg.Config):
         description="Samples whose generation hit max_tokens (finish_reason 'length'): keep them (still the "
         "verifier's own text) or drop them.",
     )
-    splits: list[str] = Field(default=["train", "heldout"], description="Prompt splits to turn into rows.")
+    splits: list[str] = Field(
+        default=list(SPLITS),
+        description="Prompt splits to turn into rows, as the current prompts table assigns them (train and "
+        "validation feed the checkpoint; heldout rows are kept for audits and re-splits).",
+    )
     drift_sample_size: int = Field(
         default=DRIFT_SAMPLE_SIZE, ge=0, description="Server-token samples re-rendered locally by the drift check."
     )
@@ -102,9 +107,13 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         started = time.monotonic()
         samples = load_samples(storage.path("reasoning_samples", partition))
         messages = _messages(storage, partition)
+        try:
+            splits = {pid: split for pid, (split, _) in read_current_splits(storage.root, partition).items()}
+        except FileNotFoundError as err:
+            raise dg.Failure(description=str(err)) from None
         render, tokenizer = renderer(verifier)
         policy = Policy(config.max_length, config.overlength_policy, config.truncated_policy, tuple(config.splits))
-        built = build_rows(samples, messages, render, policy)
+        built = build_rows(samples, messages, splits, render, policy)
         table = built.table()
         folder = storage.path("token_sequences", partition)
         path = write_parquet(table, folder / FILE_NAME)

@@ -29,22 +29,19 @@ class Evaluation:
     simulated: SimulatedAcceptance | None
     baseline: ServedRun | None  # the same requests without the draft (tokens/s only)
     num_speculative_tokens: int
+    ood: ServedRun | None = None  # the out-of-distribution set, served by the same speculating server
 
     def metadata(self) -> dict[str, float | int | str]:
-        """Flat numbers for Dagster metadata, reports and the benchmark table."""
-        counters = self.served.counters
+        """Flat numbers for Dagster metadata, reports and the benchmark table; ``ood_*`` for the
+        out-of-distribution set."""
         meta: dict[str, float | int | str] = {
-            "acceptance_length": round(counters.acceptance_length, 4),
-            **{f"acceptance_pos_{k + 1}": round(r, 4) for k, r in enumerate(counters.acceptance_per_position)},
+            **_served_numbers(self.served),
             "num_speculative_tokens": self.num_speculative_tokens,
-            "drafts": int(counters.drafts),
-            "accepted_tokens": int(counters.accepted),
-            "prompts_evaluated": len(self.served.ok_rows),
-            "prompt_errors": len(self.served.rows) - len(self.served.ok_rows),
-            "completion_tokens": self.served.completion_tokens,
             "tokens_per_s_with_draft": round(self.served.tokens_per_s, 2),
             "acceptance_convention": "tau = 1 + accepted/drafts (vLLM: the verifier's own token counts)",
         }
+        if self.ood is not None:
+            meta.update(_served_numbers(self.ood, prefix="ood_"))
         if self.simulated is not None:
             meta["simulated_acceptance_length"] = round(self.simulated.acceptance_length, 4)
             for k, rate in enumerate(self.simulated.acceptance_per_position):
@@ -55,6 +52,29 @@ class Evaluation:
             if self.baseline.tokens_per_s > 0:
                 meta["speedup"] = round(self.served.tokens_per_s / self.baseline.tokens_per_s, 4)
         return meta
+
+
+def _served_numbers(served: ServedRun, prefix: str = "") -> dict[str, float | int]:
+    counters = served.counters
+    return {
+        f"{prefix}acceptance_length": round(counters.acceptance_length, 4),
+        **{f"{prefix}acceptance_pos_{k + 1}": round(r, 4) for k, r in enumerate(counters.acceptance_per_position)},
+        f"{prefix}drafts": int(counters.drafts),
+        f"{prefix}accepted_tokens": int(counters.accepted),
+        f"{prefix}prompts_evaluated": len(served.ok_rows),
+        f"{prefix}prompt_errors": len(served.rows) - len(served.ok_rows),
+        f"{prefix}completion_tokens": served.completion_tokens,
+    }
+
+
+def _check_speculating(served: ServedRun, urls, label: str) -> None:
+    if not served.ok_rows:
+        raise EvaluationError(f"every {label} request failed, e.g. {served.rows[0]['error']}")
+    if not served.counters.spec_decode_enabled or served.counters.drafts == 0:
+        raise EvaluationError(
+            f"the server at {urls} reported no speculative drafts: it is not speculating "
+            "(external/systemd servers need --speculative-config with this checkpoint)"
+        )
 
 
 def speculative_server(server: VLLMServer, checkpoint: Path, num_speculative_tokens: int,
@@ -114,9 +134,11 @@ def evaluate(
     measure_baseline: bool = False,
     log: Callable[[str], None] | None = None,
     logger=None,
+    ood_requests: Sequence[PromptRequest] = (),
 ) -> Evaluation:
     """Serve the verifier with ``checkpoint`` as its EAGLE-3 draft, send ``requests`` greedily, and
-    read acceptance from vLLM's counters; then (``verifier`` given) the simulated value on the same
+    read acceptance from vLLM's counters; then ``ood_requests`` (an out-of-distribution set), measured
+    apart on the same server; then (``verifier`` given) the simulated value on the in-distribution
     greedy outputs, and (``measure_baseline``) the same requests without the draft for tokens/s.
 
     ``logger`` receives the server's log (a Dagster ``context.log``); ``log`` the progress lines.
@@ -129,18 +151,20 @@ def evaluate(
     speculating = speculative_server(server, checkpoint, num_speculative_tokens, port) if managed else server
     if not managed:
         log(f"vllm_server mode {server.mode!r}: the server must already serve {checkpoint} as its eagle3 draft")
+    ood = None
     with speculating.serve(log=logger) as urls:
         served = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
-    if not served.ok_rows:
-        raise EvaluationError(f"every request failed, e.g. {served.rows[0]['error']}")
-    if not served.counters.spec_decode_enabled or served.counters.drafts == 0:
-        raise EvaluationError(
-            f"the server at {urls} reported no speculative drafts: it is not speculating "
-            "(external/systemd servers need --speculative-config with this checkpoint)"
-        )
-    log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
-        f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over {int(served.counters.drafts)} drafts, "
-        f"{served.tokens_per_s:.0f} tok/s")
+        _check_speculating(served, urls, "held-out")
+        log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
+            f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over "
+            f"{int(served.counters.drafts)} drafts, {served.tokens_per_s:.0f} tok/s")
+        if ood_requests:
+            # After the first set has settled: each run's counter delta covers its own requests only.
+            ood = run_greedy(urls, ood_requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+            _check_speculating(ood, urls, "out-of-distribution")
+            log(f"out-of-distribution: acceptance length {ood.counters.acceptance_length:.3f}, per position "
+                f"{[round(r, 3) for r in ood.counters.acceptance_per_position]} over "
+                f"{int(ood.counters.drafts)} drafts")
     simulated = None
     if verifier is not None:
         started = time.monotonic()
@@ -155,4 +179,4 @@ def evaluate(
         with replaced(server, port=port).serve(log=logger) as urls:
             baseline = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
         log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
-    return Evaluation(served, simulated, baseline, num_speculative_tokens)
+    return Evaluation(served, simulated, baseline, num_speculative_tokens, ood)

@@ -42,8 +42,6 @@ class TrainingSettings(BaseModel):
     cpu_threads: int = Field(default=1, ge=1, description="Intra-op threads when training on CPU. Drafts "
                              "of tiny verifiers gain little from more, and OpenMP threads on cores that other "
                              "processes also use run many times slower (measured 30x with 2 threads on 2 busy cores).")
-    validation_fraction: float = Field(default=0.1, gt=0, lt=1, description="Fraction of the training rows "
-                                       "held back (a fixed, hash-chosen slice) to pick the best epoch.")
     early_stop_patience: int = Field(default=2, ge=0, description="Stop after this many epochs without a "
                                      "better validation loss (0: never stop early).")
     log_every_steps: int = Field(default=10, ge=1, description="Record training metrics every N optimizer "

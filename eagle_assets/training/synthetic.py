@@ -1,7 +1,8 @@
 """Random features in the storage layout, for tests and benchmarks of the training path.
 
-Writes exactly what the ``token_sequences`` and ``hidden_states`` assets write (see DESIGN's
-contracts), with random tokens and random bf16 hidden states, plus a *head-only* verifier folder:
+Writes exactly what the ``prompts`` (ids, splits), ``token_sequences`` and ``hidden_states`` assets
+write (see DESIGN's contracts), with random tokens and random bf16 hidden states, plus a *head-only*
+verifier folder:
 ``config.json`` and a ``model.safetensors`` holding only ``model.embed_tokens.weight``,
 ``lm_head.weight`` and ``model.norm.weight`` -- all that speculators reads from a verifier to train
 a draft. Nothing here produces a usable draft; it exercises the machinery at a chosen shape.
@@ -18,7 +19,9 @@ import pyarrow as pa
 import torch
 from safetensors.torch import save_file
 
+from eagle_assets.assets.prompts import PROMPTS_SCHEMA
 from eagle_assets.backends import verifier_identity
+from eagle_assets.splits import TRAIN, group_id, prompts_file, split_for
 from eagle_assets.storage import atomic_path, file_sha256, write_json, write_parquet
 
 
@@ -53,8 +56,10 @@ def write_random_features(
     seed: int = 0,
     device: str = "cpu",
     distinct_rows: int | None = None,
+    validation_fraction: float = 0.1,
 ) -> None:
-    """Write ``num_rows`` random train-split rows of ``partition`` under the storage ``root``.
+    """Write ``num_rows`` random rows of ``partition`` under the storage ``root``: the ``train`` and
+    ``validation`` splits (``validation_fraction`` of them, by the usual group hash), no ``heldout``.
 
     ``layer_ids`` are the captured layers in file order: the auxiliary ids, then the final layer's.
     ``distinct_rows`` (default: all) bounds how many different token sequences -- and tensor files --
@@ -67,9 +72,16 @@ def write_random_features(
     hs_folder = Path(root) / "hidden_states" / partition
     (hs_folder / "tensors").mkdir(parents=True, exist_ok=True)
     distinct = num_rows if distinct_rows is None else max(1, min(distinct_rows, num_rows))
-    seq_rows, index_rows = [], []
+    seq_rows, index_rows, prompt_rows = [], [], []
     for i in range(num_rows):
         prompt_id = hashlib.sha256(f"{partition}/{seed}/{i}".encode()).hexdigest()[:16]
+        group = group_id(prompt_id)
+        prompt_rows.append(
+            {"prompt_id": prompt_id, "source": partition, "source_id": str(i),
+             "messages": [{"role": "user", "content": f"synthetic row {i}"}], "reference": None,
+             "split": split_for(group, validation_fraction, 0.0) if validation_fraction else TRAIN,
+             "group_id": group, "metadata": "{}"}
+        )
         if i >= distinct:
             source_seq, source_index = seq_rows[i % distinct], index_rows[i % distinct]
             seq_rows.append({**source_seq, "prompt_id": prompt_id})
@@ -87,21 +99,22 @@ def write_random_features(
         with atomic_path(hs_folder / rel) as tmp:
             save_file({"hidden_states": hidden.cpu(), "token_ids": torch.from_numpy(input_ids)}, str(tmp))
         seq_rows.append(
-            {"prompt_id": prompt_id, "split": "train", "input_ids": input_ids.astype(np.int32).tolist(),
+            {"prompt_id": prompt_id, "input_ids": input_ids.astype(np.int32).tolist(),
              "loss_mask": loss_mask.tolist(), "seq_len": length, "origin": "rendered"}
         )
         index_rows.append(
-            {"prompt_id": prompt_id, "split": "train", "content_id": content_id, "file": rel,
+            {"prompt_id": prompt_id, "content_id": content_id, "file": rel,
              "seq_len": length, "sha256": file_sha256(hs_folder / rel)}
         )
     seq_schema = pa.schema([
-        ("prompt_id", pa.string()), ("split", pa.string()), ("input_ids", pa.list_(pa.int32())),
+        ("prompt_id", pa.string()), ("input_ids", pa.list_(pa.int32())),
         ("loss_mask", pa.list_(pa.int8())), ("seq_len", pa.int32()), ("origin", pa.string()),
     ])
     index_schema = pa.schema([
-        ("prompt_id", pa.string()), ("split", pa.string()), ("content_id", pa.string()),
+        ("prompt_id", pa.string()), ("content_id", pa.string()),
         ("file", pa.string()), ("seq_len", pa.int32()), ("sha256", pa.string()),
     ])
+    write_parquet(pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA), prompts_file(root, partition))
     write_parquet(pa.Table.from_pylist(seq_rows, schema=seq_schema), seq_folder / "sequences.parquet")
     write_parquet(pa.Table.from_pylist(index_rows, schema=index_schema), hs_folder / "index.parquet")
     config = json.loads((Path(verifier_path) / "config.json").read_text())
