@@ -120,11 +120,14 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     )
     def eagle3_eval(context: dg.AssetExecutionContext, config: Eagle3EvalConfig, storage: StorageRoot,
                     vllm_server: VLLMServer, verifier: Verifier) -> dg.MaterializeResult:
-        """Acceptance of the latest EAGLE-3 draft on held-out prompts, measured by vLLM speculative decoding.
+        """Acceptance of the latest EAGLE-3 draft on held-out and out-of-distribution prompts, measured by
+        vLLM speculative decoding.
 
         Metadata: ``acceptance_length`` (τ = 1 + accepted/drafts, vLLM's convention),
         ``acceptance_pos_1..K`` (accepted at position k / drafts), ``simulated_acceptance_length`` (the
-        draft's chained proposals against the verifier's greedy tokens, same convention), tokens/s.
+        draft's chained proposals against the verifier's greedy tokens, same convention), tokens/s;
+        ``ood_*`` the same numbers on the out-of-distribution set; ``excluded_trained`` the held-out
+        prompts left out because the checkpoint trained or validated on their problem.
         """
         from eagle_assets.evaluation.run import EvaluationError, evaluate
 
