@@ -224,7 +224,9 @@ def main() -> None:
             rate = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs))
             rates[name].append(rate)
             startups[name].append(log.startup_seconds())
-            line = (f"run repeat={repeat + 1} {name}: startup {log.startup_seconds():.1f}s, timed epochs "
+            run_s = time.perf_counter() - log.created
+            line = (f"run repeat={repeat + 1} {name}: whole run {run_s:.0f}s, startup {log.startup_seconds():.1f}s, "
+                    f"epoch 1 (compile) {log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
                     f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s")
             print(line, flush=True)
             lines.append(line)

@@ -50,6 +50,9 @@ class ExtractionRequest:
     device: str = "cpu"
     dtype: str = "auto"
     batch_tokens: int = 16384
+    # A folder on the output's disk for a backend whose engine writes its own files first (vLLM's
+    # connector); the backend owns it: emptied when it starts, removed when it ends. "" = none given.
+    scratch_dir: str = ""
 
 
 def _edge_hash(path: Path) -> str:

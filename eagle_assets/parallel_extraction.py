@@ -168,8 +168,7 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
             if worker_progress is not None:
                 worker_progress(0, samples, tokens)
 
-        backend.extract(model_path, replace(request, device=devices[0]), writer, both)
-        return
+        return backend.extract(model_path, replace(request, device=devices[0]), writer, both)
     shards = shard_sequences(request.sequences, len(devices))
     threads = max(1, (os.cpu_count() or 1) // len(devices))
     context = multiprocessing.get_context("spawn")

@@ -24,6 +24,7 @@ from eagle_assets.tokenization import list_rows
 
 CODE_VERSION = "hidden_states-2"  # 2: index without a split column (splits come from the prompts table)
 INDEX_FILE = "index.parquet"
+SCRATCH_DIR = "scratch"  # a backend's own temporary files (ExtractionRequest.scratch_dir)
 MANIFEST_FILE = "manifest.json"
 LOG_EVERY_S = 5.0
 GB = 1e9
@@ -164,12 +165,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         writer = SampleWriter(folder, len(layer_ids), hidden_size)
         started = time.monotonic()
+        engine_facts = None
         if todo:
             request = ExtractionRequest(
                 sequences=[((row, cid), input_ids[row]) for cid, row in todo.items()], layer_ids=layer_ids,
                 device=verifier.device, dtype=verifier.dtype, batch_tokens=verifier.batch_tokens,
+                scratch_dir=str(folder / SCRATCH_DIR),
             )
-            extract_on_devices(backend, model_path, request, devices, writer,
+            # What a backend reports about its run (the vllm backend: its engine's start-up time).
+            engine_facts = extract_on_devices(backend, model_path, request, devices, writer,
                                _Progress(context.log, len(todo), todo_tokens), log=context.log)
         elapsed = time.monotonic() - started
 
@@ -208,6 +212,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "layer_ids": dg.MetadataValue.json(layer_ids),
                 "hidden_size": hidden_size,
                 "backend": backend.name,
+                **(engine_facts or {}),
                 "extraction_workers": len(devices),
                 "verifier_identity": identity,
                 "path": dg.MetadataValue.path(str(folder)),
