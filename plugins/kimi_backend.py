@@ -3,8 +3,9 @@
 Kimi-K2.5 is multimodal: its decoder (DeepSeek-V3 architecture, 61 layers, hidden 7168) lives in a
 nested ``text_config`` beside a ``vision_config``, its weights under ``language_model.*``, and its
 config, tokenizer and modeling code need ``trust_remote_code``. vLLM serves it with the ``kimi_k2``
-reasoning parser. Extraction runs through transformers (``device_map`` over the host's GPUs):
-vLLM 0.32's hidden-states connector does not support MLA verifiers.
+reasoning parser. Extraction runs through vLLM (the ``vllm`` backend's offline engine, tensor
+parallel over every visible GPU: 8 on the production host, as ``VLLMServer.kimi_k25`` serves it):
+transformers with ``device_map`` runs one GPU at a time and cannot run the INT4 experts fast.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_assets import hookimpl
-from eagle_assets.plugins.transformers_backend import TransformersBackend, resolve_device, resolve_dtype
+from eagle_assets.plugins.vllm_backend import VLLMBackend
 
 
 @dataclass
-class KimiBackend(TransformersBackend):
-    """Transformers extraction with Kimi's nesting, parser and remote code. The default aux layers
-    for its 61 layers come out as EAGLE-3's [2, 30, 58]."""
-
-    data_parallel: bool = False  # one process: the model is spread over every GPU (device_map)
+class KimiBackend(VLLMBackend):
+    """vLLM extraction with Kimi's nesting, parser and remote code, text only (no vision inputs).
+    The default aux layers for its 61 layers come out as EAGLE-3's [2, 30, 58] (+ final 61)."""
 
     def text_config(self, model_path):
         """The nested decoder config, read from config.json itself so a missing remote-code class
@@ -35,24 +34,14 @@ class KimiBackend(TransformersBackend):
                              "use the 'transformers' backend for plain decoders")
         return PretrainedConfig.from_dict(raw["text_config"])
 
-    def load_model(self, model_path, device: str = "auto", dtype: str = "auto"):
-        """Spread over every visible GPU (~595 GB: no single GPU holds it)."""
-        from transformers import AutoModel
-
-        device = resolve_device(device)
-        model = AutoModel.from_pretrained(
-            str(model_path), dtype=resolve_dtype(dtype, device), trust_remote_code=True,
-            device_map="auto" if device == "cuda" else None,
-        )
-        return model.eval()
-
 
 KIMI_BACKEND = KimiBackend(
     name="kimi",
     description="Kimi-K2.5 family: nested text_config, trust_remote_code, kimi_k2 reasoning parser, "
-    "aux layers [2, 30, 58]; extraction through transformers.",
+    "aux layers [2, 30, 58]; extraction through vLLM (extract_hidden_states) at tensor parallel 8.",
     reasoning_parser="kimi_k2",
     trust_remote_code=True,
+    engine_extra={"limit_mm_per_prompt": {"vision_chunk": 0}},
 )
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-import fcntl
 import json
-import threading
-import time
 
 import pytest
 import torch
@@ -160,70 +156,37 @@ def test_verifier_resource_names_a_bad_model_path(tmp_path):
         Verifier(model_path=str(tmp_path)).resolved_model_path()
 
 
-# ---- vLLM: construction checked by vLLM's own parsers; the files it writes parsed ------------------
-def test_vllm_serve_args_are_accepted_by_vllms_parser(tmp_path):
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    args = VLLM_BACKEND.serve_args("/models/verifier", [2, 16, 29, 32], tmp_path)
-    parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(args)
-    engine = EngineArgs.from_cli_args(parsed)
-    assert engine.tensor_parallel_size == 8
-    assert engine.speculative_config == {
-        "method": "extract_hidden_states", "num_speculative_tokens": 1,
-        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 29, 32]}},
-    }
-    assert engine.kv_transfer_config.kv_connector == "ExampleHiddenStatesConnector"
-    assert engine.kv_transfer_config.kv_role == "kv_producer"
-    assert engine.kv_transfer_config.kv_connector_extra_config == {"shared_storage_path": str(tmp_path)}
-    assert engine.enable_chunked_prefill is False and engine.enable_prefix_caching is False
-    assert parsed.reasoning_parser == "qwen3"
-
-
+# ---- vLLM: the engine configuration checked by vLLM's own config builder --------------------------
+# (the files the real connector writes are tested in test_vllm_extraction.py)
 @pytest.mark.integration
 def test_vllm_engine_config_resolves_the_extraction_setup(tiny_verifier, tmp_path):
-    """vLLM builds its full engine config from our arguments (on CPU; running it needs a GPU)."""
+    """vLLM builds its full engine config from our settings, with our connector loaded by module path."""
     from vllm.engine.arg_utils import EngineArgs
 
-    backend = dataclasses.replace(VLLM_BACKEND, tensor_parallel_size=1, max_model_len=4096)
-    config = EngineArgs(**backend.engine_kwargs(tiny_verifier, [1, 2, 3, 4], tmp_path)).create_engine_config()
+    request = ExtractionRequest([("a", list(range(100)))], [1, 2, 3, 4], batch_tokens=64)
+    settings = VLLM_BACKEND.engine_settings(tiny_verifier, request)
+    assert settings.max_model_len == 101 and settings.max_num_batched_tokens == 101
+    config = EngineArgs(**settings.engine_kwargs(tiny_verifier, [1, 2, 3, 4], tmp_path)).create_engine_config()
     assert config.speculative_config.method == "extract_hidden_states"
     assert config.speculative_config.draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids == [1, 2, 3, 4]
-    assert config.kv_transfer_config.kv_connector == "ExampleHiddenStatesConnector"
+    assert config.kv_transfer_config.kv_connector == "CPUSafeHiddenStatesConnector"
+    assert config.kv_transfer_config.kv_connector_module_path == "eagle_assets.extraction.connector"
+    assert config.kv_transfer_config.kv_connector_extra_config == {"shared_storage_path": str(tmp_path)}
     assert not config.cache_config.enable_prefix_caching and not config.scheduler_config.enable_chunked_prefill
 
 
-def write_like_the_connector(path, states, token_ids, release_after_s: float):
-    """What ExampleHiddenStatesConnector does: hold LOCK_EX on <file>.lock, write, release."""
-    lock_fd = open(str(path) + ".lock", "w")  # noqa: SIM115 - released by the writer thread
-    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+def test_fp8_storage_selects_hs_connectors_fp8_connector(tmp_path):
+    from hs_connectors.fp8_hidden_states_connector import FP8HiddenStatesConnector
 
-    def write():
-        time.sleep(release_after_s)
-        save_file({"hidden_states": states, "token_ids": torch.tensor(token_ids)}, str(path))
-        lock_fd.close()
+    from eagle_assets.extraction import connector
+    from eagle_assets.extraction.vllm_engine import kv_transfer_config
 
-    thread = threading.Thread(target=write)
-    thread.start()
-    return thread
+    name = kv_transfer_config(tmp_path, "fp8")["kv_connector"]
+    assert issubclass(getattr(connector, name), FP8HiddenStatesConnector)
+    with pytest.raises(ValueError, match="feature_dtype 'int4' has no hidden-states connector"):
+        kv_transfer_config(tmp_path, "int4")
 
 
-def test_vllm_connector_files_are_read_after_their_lock_and_cleaned_up(tmp_path):
-    path = tmp_path / "req-1.safetensors"
-    states = torch.randn(5, 4, 8, dtype=torch.float16)
-    writer = write_like_the_connector(path, states, [3, 1, 4, 1, 5], release_after_s=0.3)
-    sample = VLLM_BACKEND.read_connector_file(path, "row-0", [3, 1, 4, 1, 5], num_layers=4, hidden_size=8)
-    writer.join()
-    assert sample.hidden_states.dtype == torch.bfloat16 and sample.token_ids.dtype == torch.int64
-    assert torch.equal(sample.hidden_states, states.to(torch.bfloat16))
-    assert not path.exists() and not (tmp_path / "req-1.safetensors.lock").exists()
-
-
-def test_vllm_connector_file_mismatches_are_named(tmp_path):
-    path = tmp_path / "req-2.safetensors"
-    write_like_the_connector(path, torch.zeros(3, 4, 8), [1, 2, 3], release_after_s=0).join()
-    with pytest.raises(ValueError, match="token_ids differ from the request's input_ids"):
-        VLLM_BACKEND.read_connector_file(path, "row-9", [1, 2, 4], num_layers=4, hidden_size=8)
-    with pytest.raises(ValueError, match="check eagle_aux_hidden_state_layer_ids"):
-        VLLM_BACKEND.read_connector_file(path, "row-9", [1, 2, 3], num_layers=3, hidden_size=8)
+def test_kimi_backend_extracts_through_vllm_text_only():
+    assert isinstance(KIMI_BACKEND, type(VLLM_BACKEND)) and not KIMI_BACKEND.data_parallel
+    assert KIMI_BACKEND.engine_extra == {"limit_mm_per_prompt": {"vision_chunk": 0}}

@@ -61,6 +61,7 @@ class EngineSettings:
 
     tensor_parallel_size: int = 1
     max_model_len: int = 4096
+    max_num_batched_tokens: int = 16384
     trust_remote_code: bool = False
     dtype: str = "bfloat16"
     feature_dtype: str = "bfloat16"
@@ -73,6 +74,7 @@ class EngineSettings:
             "model": str(model_path),
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
             "trust_remote_code": self.trust_remote_code,
             "dtype": self.dtype,
             "speculative_config": speculative_config(layer_ids),
