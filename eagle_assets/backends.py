@@ -29,11 +29,15 @@ IDENTITY_FILES = ("*.json", "*.jinja", "*.model", "*.tiktoken", "*.safetensors",
 
 @dataclass(frozen=True)
 class SampleTensors:
-    """One extracted sample: ``hidden_states`` [seq, n_layers, H] and ``token_ids`` [seq] (torch)."""
+    """One extracted sample: ``hidden_states`` [seq, n_layers, H] and ``token_ids`` [seq] (torch).
+
+    ``hidden_states`` is bf16, or, when the backend quantized it already (``ExtractionRequest.feature_dtype``
+    fp8), float8_e4m3fn with ``scales`` fp32 [seq, 1, 1] (hs-connectors' format)."""
 
     key: Any
     hidden_states: Any
     token_ids: Any
+    scales: Any = None
 
 
 # The sink an extraction calls once per sample, possibly from several threads at once. When it
@@ -53,6 +57,9 @@ class ExtractionRequest:
     # A folder on the output's disk for a backend whose engine writes its own files first (vLLM's
     # connector); the backend owns it: emptied when it starts, removed when it ends. "" = none given.
     scratch_dir: str = ""
+    # The storage dtype the sink writes ("bfloat16" or "fp8"). A backend may quantize to fp8 itself
+    # (less to copy off the GPU) and hand over e4m3 states + scales; otherwise the sink quantizes.
+    feature_dtype: str = "bfloat16"
 
 
 def _edge_hash(path: Path) -> str:

@@ -125,7 +125,7 @@ def _worker(job: _Job, messages) -> None:
         torch.set_num_threads(job.cpu_threads)
         if job.device.startswith("cuda"):
             torch.cuda.set_device(job.device)  # pinned buffers and streams on this GPU, not cuda:0
-        writer = job.writer_class(Path(job.folder), job.num_layers, job.hidden_size)
+        writer = job.writer_class(Path(job.folder), job.num_layers, job.hidden_size, job.request.feature_dtype)
         last = [0.0]
 
         def progress(samples: int, tokens: int) -> None:
@@ -160,7 +160,9 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
     device, else one spawned worker per device, each writing through a writer of ``writer``'s class.
     Afterwards ``writer.written`` holds every file written, as if ``writer`` had been the sink of a
     single-process extraction. ``progress(samples, tokens)`` gets the totals over all workers,
-    ``worker_progress(rank, samples, tokens)`` each worker's own (per-device rates)."""
+    ``worker_progress(rank, samples, tokens)`` each worker's own (per-device rates). The request's
+    ``feature_dtype`` is the writer's (a backend that quantizes on the device does so for fp8 writers)."""
+    request = replace(request, feature_dtype=writer.feature_dtype)
     if len(devices) == 1:
         def both(samples: int, tokens: int) -> None:
             if progress is not None:

@@ -13,6 +13,9 @@ Why it is built this way:
   features). The hooks write into a device capture buffer; a side stream copies it into a pinned
   host buffer while the next batch runs, and writer threads hand per-sample views to the sink.
   Buffers are pooled, so a slow sink throttles the GPU instead of growing memory.
+* fp8 storage (``feature_dtype="fp8"``): the captured batch is quantized on the device with
+  hs-connectors' ``quantize_tensor_to_fp8`` (per-token scales), so half the bytes cross to the host
+  and the writer threads do no quantizing; the files are the ones the sink would have quantized.
 """
 
 from __future__ import annotations
@@ -80,20 +83,24 @@ def decoder_layers(model, num_layers: int):
 
 @dataclass
 class _Buffers:
-    """Pooled capture (device) and host buffers, each sized for ``capacity`` tokens."""
+    """Pooled capture (device) and host buffers, each sized for ``capacity`` tokens. With fp8 storage
+    ``quantized`` holds each capture slot's (e4m3 states, fp32 scales) on the device, and a host
+    buffer is such a pair too; with bf16 a host buffer is (states, None)."""
 
     capture: list
     host: queue.Queue
+    quantized: list | None = None
 
 
 class HiddenStateExtractor:
     """Captures ``layer_ids`` from a loaded decoder model and streams per-sample states to a sink."""
 
     def __init__(self, model, num_layers: int, hidden_size: int, layer_ids: Sequence[int],
-                 batch_tokens: int = 16384, writer_threads: int = WRITER_THREADS):
+                 batch_tokens: int = 16384, writer_threads: int = WRITER_THREADS, feature_dtype: str = "bfloat16"):
         import torch
 
         self.model = model
+        self.fp8 = feature_dtype == "fp8"
         self.layer_ids = list(layer_ids)
         self.hidden_size = hidden_size
         self.batch_tokens = batch_tokens
@@ -117,10 +124,30 @@ class HiddenStateExtractor:
         torch = self._torch
         shape = (capacity, len(self.layer_ids), self.hidden_size)
         capture = [torch.empty(shape, dtype=torch.bfloat16, device=self.device) for _ in range(2 if self.cuda else 1)]
+
+        def pair(device, pin):
+            if not self.fp8:
+                return torch.empty(shape, dtype=torch.bfloat16, device=device, pin_memory=pin), None
+            return (torch.empty(shape, dtype=torch.float8_e4m3fn, device=device, pin_memory=pin),
+                    torch.empty((capacity, 1, 1), dtype=torch.float32, device=device, pin_memory=pin))
+
         host: queue.Queue = queue.Queue()
         for _ in range(HOST_BUFFERS):
-            host.put(torch.empty(shape, dtype=torch.bfloat16, pin_memory=self.cuda))
-        return _Buffers(capture, host)
+            host.put(pair("cpu", self.cuda))
+        quantized = [pair(self.device, False) for _ in capture] if self.fp8 else None
+        return _Buffers(capture, host, quantized)
+
+    def _quantize(self, capture, device_pair, tokens: int):
+        """The batch's (e4m3 states, scales) in the slot's device buffers: hs-connectors' per-token
+        quantization over all captured layers of a token (padding tokens are quantized and dropped)."""
+        from hs_connectors.fp8_utils import quantize_tensor_to_fp8
+
+        states, scales = device_pair
+        flat = capture.reshape(tokens, len(self.layer_ids), self.hidden_size)
+        q, s = quantize_tensor_to_fp8(flat)
+        states[:tokens].copy_(q)
+        scales[:tokens].copy_(s)
+        return states[:tokens].view(capture.shape), scales[:tokens].view(*capture.shape[:2], 1, 1)
 
     def run(self, sequences: Sequence[tuple[Any, Sequence[int]]], sink: Sink,
             progress: Callable[[int, int], None] | None = None) -> None:
@@ -141,13 +168,15 @@ class HiddenStateExtractor:
         lock = threading.Lock()
         pool = ThreadPoolExecutor(self.writer_threads, thread_name_prefix="hidden-states-writer")
 
-        def write(host, ready, sample_view, i, remaining):
+        def write(host, ready, sample_view, scales_view, i, remaining):
             """One sample to the sink; the batch's last sample returns ``host`` to the pool."""
             try:
                 if ready is not None:
                     ready.synchronize()
                 key, ids = sequences[i]
-                sink(SampleTensors(key, sample_view[: lengths[i]], torch.from_numpy(np.array(ids, dtype=np.int64))))
+                scales = None if scales_view is None else scales_view[: lengths[i]]
+                sink(SampleTensors(key, sample_view[: lengths[i]], torch.from_numpy(np.array(ids, dtype=np.int64)),
+                                   scales))
                 with lock:
                     counts["samples"] += 1
                     counts["tokens"] += lengths[i]
@@ -177,24 +206,29 @@ class HiddenStateExtractor:
                     ids = ids.pin_memory().to(self.device, non_blocking=True) if self.cuda else ids
                     self._target = capture
                     self.model(input_ids=ids, use_cache=False)
+                    source = self._quantize(capture, buffers.quantized[slot], len(batch) * width) if self.fp8 else (capture, None)
                     host = buffers.host.get()  # blocks while every host buffer is being written out
-                    host_view = host[: len(batch) * width].view_as(capture)
+                    views = [None if h is None else h[: len(batch) * width].view_as(src) for h, src in zip(host, source)]
                     ready = None
                     if self.cuda:
                         computed = torch.cuda.Event()
                         computed.record(torch.cuda.current_stream(self.device))
                         with torch.cuda.stream(copy_stream):
                             copy_stream.wait_event(computed)
-                            host_view.copy_(capture, non_blocking=True)
+                            for view, src in zip(views, source):
+                                if view is not None:
+                                    view.copy_(src, non_blocking=True)
                             ready = torch.cuda.Event()
                             ready.record(copy_stream)
                         copy_done[slot] = ready
                     else:
-                        host_view.copy_(capture)
+                        for view, src in zip(views, source):
+                            if view is not None:
+                                view.copy_(src)
                     # One task per sample so slow writes run in parallel; the last one frees ``host``.
                     remaining = [len(batch)]
                     for b, i in enumerate(batch):
-                        pool.submit(write, host, ready, host_view[b], i, remaining)
+                        pool.submit(write, host, ready, views[0][b], None if views[1] is None else views[1][b], i, remaining)
         finally:
             pool.shutdown(wait=True)
             for handle in handles:
@@ -225,7 +259,7 @@ class TransformersBackend(VerifierBackend):
         model = self.load_model(model_path, request.device, request.dtype)
         extractor = HiddenStateExtractor(
             model, self.num_layers(model_path), self.hidden_size(model_path), request.layer_ids,
-            batch_tokens=request.batch_tokens,
+            batch_tokens=request.batch_tokens, feature_dtype=request.feature_dtype,
         )
         extractor.run(request.sequences, sink, progress)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -41,6 +42,13 @@ class Verifier(dg.ConfigurableResource):
         "spreads it with device_map (kimi) instead.",
     )
     dtype: str = Field(default="auto", description="Compute dtype: auto (bf16 on GPU, fp32 on CPU), bfloat16, float32.")
+    feature_dtype: Literal["bfloat16", "fp8"] = Field(
+        default="bfloat16",
+        description="Storage dtype of the hidden_states files (not the compute dtype above): bfloat16, or fp8 = "
+        "hs-connectors' FP8 format (e4m3 states + one fp32 scale per token under hidden_states_scales), half "
+        "the bytes; speculators' trainer reads it with its `fp8` hidden-states backend. The dtype is part of "
+        "each file's content id, so switching it re-extracts instead of reusing the other dtype's files.",
+    )
     batch_tokens: int = Field(
         default=16384, gt=0,
         description="Padded tokens per extraction batch (rows x longest row); 16384 = 8 rows of 2K on one H200.",

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -20,8 +21,8 @@ from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 from eagle_assets.assets import hidden_states as hs_family
 from eagle_assets.assets import token_sequences as ts_family
 from eagle_assets.assets.hidden_states import INDEX_SCHEMA
-from eagle_assets.backends import SampleTensors
-from eagle_assets.hidden_state_files import SampleWriter, check_sample, load_sample
+from eagle_assets.backends import ExtractionRequest, SampleTensors
+from eagle_assets.hidden_state_files import SCALES_KEY, SampleWriter, check_sample, content_id, dequantized, load_sample
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import Verifier
 from eagle_assets.storage import file_sha256
@@ -62,19 +63,36 @@ def folder(storage_root):
     return storage_root.path("hidden_states", PARTITION)
 
 
-def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root, tiny_verifier, tmp_path):
+def close_to_forward(stored: dict, expected: torch.Tensor) -> None:
+    """bf16 files equal the fp32 forward up to bf16 rounding; fp8 files (dequantized with hs-connectors,
+    in bf16) up to e4m3's half ULP (2^-4 relative, 2^-10 x the token's scale for subnormals) plus three
+    bf16 roundings (capture, scale, product: 3 x 2^-9)."""
+    states = dequantized(stored)["hidden_states"].float()
+    if SCALES_KEY not in stored:
+        torch.testing.assert_close(states, expected, rtol=1.6e-2, atol=1e-2)
+        return
+    bound = (2**-4 + 3 * 2**-9) * expected.abs() + stored[SCALES_KEY] * 2**-9 + 1e-6
+    assert bool(((states - expected).abs() <= bound).all()), float(((states - expected).abs() / bound).max())
+
+
+@pytest.mark.parametrize("feature_dtype", ["bfloat16", "fp8"])
+def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root, tiny_verifier, tmp_path, feature_dtype):
     sequences = write_token_sequences(storage_root, tiny_verifier, prompts=10, steps=3)
     # batch_tokens small enough that rows of different lengths share padded batches.
-    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=400))
+    verifier = verifier_for(tiny_verifier, batch_tokens=400, feature_dtype=feature_dtype)
+    result = materialize_hidden_states(storage_root, verifier)
     assert result.success
     meta = metadata(result)
     index = pq.read_table(folder(storage_root) / "index.parquet")
     assert index.schema == INDEX_SCHEMA and index.num_rows == sequences.num_rows
     manifest = json.loads((folder(storage_root) / "manifest.json").read_text())
     layer_ids = manifest["layer_ids"]
-    assert layer_ids == [1, 2, 3, 4] and manifest["dtype"] == "bfloat16"  # 4-layer defaults, final last
+    assert layer_ids == [1, 2, 3, 4] and manifest["dtype"] == feature_dtype  # 4-layer defaults, final last
     assert meta["tokens"] == sum(sequences["seq_len"].to_pylist()) == meta["new_tokens"]
-    assert meta["bytes_per_token"] == 4 * manifest["hidden_size"] * 2 + 8
+    hidden = manifest["hidden_size"]
+    # fp8: one byte per value + a 4-byte scale per token: <= 0.51x of bf16 for any H >= 64.
+    assert meta["bytes_per_token"] == {"bfloat16": 4 * hidden * 2 + 8, "fp8": 4 * hidden + 4 + 8}[feature_dtype]
+    assert meta["feature_dtype"] == feature_dtype
 
     model = AutoModelForCausalLM.from_pretrained(tiny_verifier, dtype=torch.float32).eval()
     model.config.tie_last_hidden_states = False  # keep hidden_states[-1] pre-norm, as vLLM defines it
@@ -85,36 +103,78 @@ def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root
         assert file_sha256(path) == row["sha256"]
         stored = load_sample(path)
         assert stored["token_ids"].dtype == torch.int64 and stored["token_ids"].tolist() == ids
+        assert (SCALES_KEY in stored) == (feature_dtype == "fp8")
         with torch.no_grad():
             out = model(torch.tensor([ids]), output_hidden_states=True)
         expected = torch.stack([out.hidden_states[k][0] for k in layer_ids], dim=1)
-        # Stored in bf16: equal to the fp32 forward up to bf16 rounding.
-        torch.testing.assert_close(stored["hidden_states"].float(), expected, rtol=1.6e-2, atol=1e-2)
+        close_to_forward(stored, expected)
         # The final entry is the state BEFORE the final norm: normalized, it is the model's output.
-        final = stored["hidden_states"][:, -1].float()
+        final = dequantized(stored)["hidden_states"][:, -1].float()
         with torch.no_grad():
             post_norm = model.model(torch.tensor([ids])).last_hidden_state[0]
-            torch.testing.assert_close(model.model.norm(final), post_norm, rtol=3e-2, atol=3e-2)
+            tol = {"bfloat16": 3e-2, "fp8": 2e-1}[feature_dtype]  # e4m3: 3 mantissa bits, amplified by the norm
+            torch.testing.assert_close(model.model.norm(final), post_norm, rtol=tol, atol=tol)
         assert not torch.allclose(final, post_norm, atol=1e-2)
 
-    # speculators reads the files where they are: a symlink named hs_<row> is all a training folder needs.
-    from hs_connectors.transfer import FileTransfer
+    # speculators reads the files where they are, through the hs-connectors backend its training config
+    # names (`file`, or `fp8`, which dequantizes): a symlink named hs_<row> is all a training folder needs.
+    from hs_connectors import HiddenStatesBackend
     from speculators.data_generation.offline import check_hidden_states
+
+    from eagle_assets.hidden_state_files import TRAINER_BACKENDS
 
     links = tmp_path / "train" / "hidden_states"
     links.mkdir(parents=True)
     first = index.to_pylist()[0]
     (links / "hs_0.safetensors").symlink_to(folder(storage_root) / first["file"])
-    loaded = FileTransfer(links).get_cached(0)
+    backend = HiddenStatesBackend.registry[TRAINER_BACKENDS[feature_dtype]]
+    loaded = backend.from_train_args(SimpleNamespace(hidden_states_path=str(links)), str(tmp_path)).get_cached(0)
+    assert SCALES_KEY not in loaded and loaded["hidden_states"].dtype == torch.bfloat16
+    assert torch.equal(loaded["hidden_states"], dequantized(load_sample(links / "hs_0.safetensors"))["hidden_states"])
     check_hidden_states(loaded, by_id[first["prompt_id"]]["input_ids"])
     assert torch.equal(loaded["token_ids"], torch.tensor(by_id[first["prompt_id"]]["input_ids"], dtype=torch.int32))
 
     [check] = result.get_asset_check_evaluations()
     assert check.passed and check.metadata["checked"].value == min(16, index.num_rows)
 
-    again = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=400))
+    again = materialize_hidden_states(storage_root, verifier)
     assert again.success and metadata(again)["files_written"] == 0
     assert metadata(again)["files_reused"] == meta["files"]
+
+
+def test_bf16_and_fp8_files_are_never_reused_for_each_other(storage_root, tiny_verifier):
+    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=4, steps=1)
+    ids = sequences["input_ids"].to_pylist()[0]
+    assert content_id(ids, "v", [1, 2], "bfloat16") != content_id(ids, "v", [1, 2], "fp8")
+    files = {}
+    for dtype in ("bfloat16", "fp8"):
+        result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, feature_dtype=dtype))
+        assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
+        meta = metadata(result)
+        assert meta["files_reused"] == 0 and meta["files_written"] == meta["files"]  # nothing of the other dtype
+        files[dtype] = set(pq.read_table(folder(storage_root) / "index.parquet")["file"].to_pylist())
+        assert json.loads((folder(storage_root) / "manifest.json").read_text())["dtype"] == dtype
+    assert not files["bfloat16"] & files["fp8"]
+    assert all(SCALES_KEY in load_sample(folder(storage_root) / f) for f in files["fp8"])
+    back = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, feature_dtype="bfloat16"))
+    assert metadata(back)["files_written"] == 0  # its own bf16 files again, untouched by the fp8 run
+    assert set(pq.read_table(folder(storage_root) / "index.parquet")["file"].to_pylist()) == files["bfloat16"]
+
+
+def test_on_device_quantization_writes_the_files_the_sink_would(tiny_verifier, tmp_path):
+    """The transformers backend quantizes fp8 batches itself (less to copy off a GPU); its files are
+    byte-identical to bf16 samples quantized by the sink with the same hs-connectors function."""
+    from eagle_assets.plugin_manager import verifier_backend
+
+    backend = verifier_backend("transformers")
+    seqs = [((i, f"s{i}"), list(range(3 + i, 40 + 7 * i))) for i in range(4)]
+    digests = []
+    for name, on_device in (("device", "fp8"), ("sink", "bfloat16")):
+        writer = SampleWriter(tmp_path / name, 4, backend.hidden_size(tiny_verifier), "fp8")
+        backend.extract(tiny_verifier, ExtractionRequest(seqs, [1, 2, 3, 4], device="cpu", batch_tokens=128,
+                                                         feature_dtype=on_device), writer)
+        digests.append({key: w.sha256 for key, w in writer.written.items()})
+    assert len(digests[0]) == 4 and digests[0] == digests[1]
 
 
 def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifier):
@@ -205,4 +265,14 @@ def test_nan_states_are_refused_with_the_row_named(tmp_path):
         writer(SampleTensors((7, "abc"), states, torch.arange(4)))
     with pytest.raises(ValueError, match=r"row 7: hidden_states shape"):
         writer(SampleTensors((7, "abc"), torch.zeros(4, 3, 3, dtype=torch.bfloat16), torch.arange(4)))
+    fp8 = SampleWriter(tmp_path, num_layers=2, hidden_size=3, feature_dtype="fp8")
+    with pytest.raises(ValueError, match=r"row 7: .*NaN/Inf \(first at token 2\)"):
+        fp8(SampleTensors((7, "abc"), states, torch.arange(4)))  # checked before quantizing
+    from hs_connectors.fp8_utils import quantize_tensor_to_fp8
+
+    quantized, scales = quantize_tensor_to_fp8(states)  # a NaN poisons its token's scale
+    with pytest.raises(ValueError, match=r"row 7: .*NaN/Inf \(first at token 2\)"):
+        fp8(SampleTensors((7, "abc"), quantized, torch.arange(4), scales))
+    with pytest.raises(ValueError, match=r"delivered fp8 states but the storage dtype is 'bfloat16'"):
+        writer(SampleTensors((7, "abc"), quantized, torch.arange(4), scales))
     assert not list(tmp_path.rglob("*.safetensors"))

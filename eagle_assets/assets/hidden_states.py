@@ -2,6 +2,7 @@
 one content-addressed safetensors file per distinct row, in speculators' on-disk format."""
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import json
 import random
 import shutil
 import time
@@ -15,14 +16,23 @@ from pydantic import Field
 
 from eagle_assets.assets.token_sequences import FILE_NAME as SEQUENCES_FILE
 from eagle_assets.backends import ExtractionRequest
-from eagle_assets.hidden_state_files import TENSORS_DIR, SampleWriter, content_id, load_sample, relative_path
+from eagle_assets.hidden_state_files import (
+    FP8,
+    SCALES_KEY,
+    TENSORS_DIR,
+    SampleWriter,
+    content_id,
+    load_sample,
+    relative_path,
+)
 from eagle_assets.parallel_extraction import extract_on_devices
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.splits import read_current_splits
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
 from eagle_assets.tokenization import list_rows
 
-CODE_VERSION = "hidden_states-2"  # 2: index without a split column (splits come from the prompts table)
+# 2: index without a split column (splits come from the prompts table); 3: storage dtype (bf16 | fp8)
+CODE_VERSION = "hidden_states-3"
 INDEX_FILE = "index.parquet"
 SCRATCH_DIR = "scratch"  # a backend's own temporary files (ExtractionRequest.scratch_dir)
 MANIFEST_FILE = "manifest.json"
@@ -31,6 +41,11 @@ GB = 1e9
 # safetensors header + token ids: small next to the states, but counted so tiny models budget right.
 FILE_OVERHEAD_BYTES = 512
 CHECK_SAMPLE = 16
+FORMATS = {
+    "bfloat16": "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
+    FP8: "hs-connectors fp8 (speculators' `fp8` backend): hidden_states [seq, n_aux+1, H] float8_e4m3fn + "
+         f"{SCALES_KEY} [seq, 1, 1] fp32 (per token) + token_ids [seq] int64",
+}
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -57,8 +72,11 @@ class HiddenStatesConfig(dg.Config):
     )
 
 
-def bytes_per_token(num_layers: int, hidden_size: int) -> int:
-    """bf16 states of every captured layer + the int64 token id."""
+def bytes_per_token(num_layers: int, hidden_size: int, feature_dtype: str = "bfloat16") -> int:
+    """The states of every captured layer (bf16: 2 bytes per value; fp8: 1, plus its fp32 scale)
+    + the int64 token id."""
+    if feature_dtype == FP8:
+        return num_layers * hidden_size + 4 + 8
     return num_layers * hidden_size * 2 + 8
 
 
@@ -117,8 +135,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     def hidden_states(context: dg.AssetExecutionContext, config: HiddenStatesConfig, storage: StorageRoot,
                       verifier: Verifier) -> dg.MaterializeResult:
         """The verifier's hidden states for every token_sequences row: the auxiliary layers (backend
-        default [2, n//2, n-3]) and the final layer before its norm, bf16 [seq, n_aux+1, H], plus the
-        row's token ids, one safetensors file per distinct (tokens, verifier, layers) content id.
+        default [2, n//2, n-3]) and the final layer before its norm, [seq, n_aux+1, H], plus the
+        row's token ids, one safetensors file per distinct (tokens, verifier, layers, storage dtype)
+        content id. Stored bf16, or fp8 with ``verifier.feature_dtype: fp8`` (hs-connectors' format:
+        e4m3 states + one fp32 scale per token, half the bytes, read by speculators' ``fp8`` backend).
 
         Files are written atomically and never rewritten, so a killed run resumes by skipping what
         exists; an ``index.parquet`` maps rows to files and ``manifest.json`` records the verifier.
@@ -148,22 +168,23 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         stale = remove_stale_temporaries(folder / TENSORS_DIR) if (folder / TENSORS_DIR).exists() else 0
 
         input_ids = list_rows(rows["input_ids"])
-        cids = [content_id(ids, identity, layer_ids) for ids in input_ids]
+        feature_dtype = verifier.feature_dtype
+        cids = [content_id(ids, identity, layer_ids, feature_dtype) for ids in input_ids]
         todo: dict[str, int] = {}  # content id -> first row holding it (identical rows share one file)
         for row, cid in enumerate(cids):
             if cid not in todo and not (folder / relative_path(cid)).exists():
                 todo[cid] = row
-        per_token = bytes_per_token(len(layer_ids), hidden_size)
+        per_token = bytes_per_token(len(layer_ids), hidden_size, feature_dtype)
         todo_tokens = sum(len(input_ids[r]) for r in todo.values())
         estimate = check_disk_budget(folder, todo_tokens, len(todo), per_token, config.disk_headroom_gb)
         context.log.info(
             f"{partition}: {rows.num_rows} rows, {len(set(cids))} distinct, {len(todo)} to extract "
             f"({todo_tokens} tokens, ~{estimate / GB:.2f} GB) with backend {backend.name!r} on {devices}, "
-            f"layers {layer_ids}; "
+            f"layers {layer_ids}, stored {feature_dtype}; "
             f"{stale} stale temporaries removed"
         )
 
-        writer = SampleWriter(folder, len(layer_ids), hidden_size)
+        writer = SampleWriter(folder, len(layer_ids), hidden_size, feature_dtype)
         started = time.monotonic()
         engine_facts = None
         if todo:
@@ -190,8 +211,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         write_parquet(index, folder / INDEX_FILE)
         description = backend.describe(model_path)
         write_json({"verifier": description, "layer_ids": layer_ids, "aux_layer_ids": layer_ids[:-1],
-                    "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": "bfloat16",
-                    "format": "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
+                    "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": feature_dtype,
+                    "format": FORMATS[feature_dtype],
                     "files": len(set(cids)), "tokens": sum(rows["seq_len"].to_pylist())}, folder / MANIFEST_FILE)
 
         new_tokens = sum(len(input_ids[row]) for row, _ in writer.written)
@@ -207,6 +228,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "files_written": len(writer.written),
                 "files_reused": len(set(cids)) - len(writer.written),
                 "bytes_per_token": per_token,
+                "feature_dtype": feature_dtype,
                 "bytes_written": writer.bytes,
                 "tokens_per_s": new_tokens / elapsed if new_tokens else 0.0,
                 "layer_ids": dg.MetadataValue.json(layer_ids),
@@ -225,13 +247,14 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         name="files_match_rows",
         partitions_def=partitions,
         additional_deps=["token_sequences"],
-        description="A random sample of indexed files still has its recorded sha256 and holds exactly its "
-        "row's token ids (what speculators compares before training).",
+        description="A random sample of indexed files still has its recorded sha256, holds exactly its "
+        "row's token ids (what speculators compares before training) and is stored in the manifest's dtype.",
     )
     def files_match_rows(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
         partition = context.partition_key
         folder = storage.path("hidden_states", partition)
         index = pq.read_table(folder / INDEX_FILE).to_pylist()
+        dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
         rows = pq.read_table(storage.path("token_sequences", partition) / SEQUENCES_FILE, columns=["prompt_id", "input_ids"])
         tokens = dict(zip(rows["prompt_id"].to_pylist(), list_rows(rows["input_ids"])))
         problems = []
@@ -241,8 +264,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) is missing")
             elif file_sha256(path) != entry["sha256"]:
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) changed since it was indexed")
-            elif load_sample(path)["token_ids"].tolist() != tokens.get(entry["prompt_id"], np.zeros(0)).tolist():
+            elif (sample := load_sample(path))["token_ids"].tolist() != tokens.get(entry["prompt_id"], np.zeros(0)).tolist():
                 problems.append(f"{entry['file']} holds other tokens than row {entry['prompt_id']} of token_sequences")
+            elif (SCALES_KEY in sample) != (dtype == FP8):
+                problems.append(f"{entry['file']} is not stored as {dtype}, the dtype manifest.json records")
         return dg.AssetCheckResult(
             passed=not problems,
             metadata={"checked": min(CHECK_SAMPLE, len(index)), "problems": len(problems),

@@ -36,6 +36,8 @@ from eagle_assets.splits import TRAIN, VALIDATION, read_current_splits
 from eagle_assets.storage import combined_hash, write_parquet
 
 COMPLETE_MARKER = ".complete"
+# safetensors' dtype names -> the manifest's storage dtypes (hidden_state_files.FEATURE_DTYPES).
+STORED_DTYPES = {"BF16": "bfloat16", "F8_E4M3": "fp8"}
 
 
 class TrainingDataError(ValueError):
@@ -165,7 +167,13 @@ def _check_tensor_file(path: Path, row: dict, manifest: FeatureManifest) -> None
             f"{path} (row {row['partition']}/{row['prompt_id']}) is missing: re-materialize hidden_states"
         )
     with safe_open(str(path), framework="pt") as fh:
-        shape = fh.get_slice("hidden_states").get_shape()
+        states = fh.get_slice("hidden_states")
+        shape, stored = states.get_shape(), STORED_DTYPES.get(states.get_dtype(), states.get_dtype())
+    if stored != manifest.dtype:
+        raise TrainingDataError(
+            f"{path} (row {row['partition']}/{row['prompt_id']}) holds {stored} hidden states but manifest.json "
+            f"says {manifest.dtype}: re-materialize hidden_states"
+        )
     expected = [row["seq_len"], len(manifest.layer_ids), manifest.hidden_size]
     if list(shape) != expected:
         raise TrainingDataError(

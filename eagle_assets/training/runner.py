@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_assets.child_process import die_with_parent
+from eagle_assets.hidden_state_files import TRAINER_BACKENDS
 from eagle_assets.storage import combined_hash, write_json
 from eagle_assets.training.data_dir import TrainingData
 from eagle_assets.training.loader_workers import gpu_worker_count
@@ -93,6 +94,8 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         "mask_token_id": _mask_token_id(verifier_path),
         "on_missing": "raise",  # every row has its hidden states; never ask a vLLM server for more
         "log_freq": settings.log_every_steps,
+        # The hs-connectors reader for the features' storage dtype ("fp8" dequantizes on load): no conversion.
+        "hidden_states_backend": TRAINER_BACKENDS[data.manifest.dtype],
     }
     workers = settings.dataloader_workers
     if workers is None:
