@@ -21,8 +21,9 @@ from safetensors.torch import save_file
 
 from eagle_assets.assets.prompts import PROMPTS_SCHEMA
 from eagle_assets.backends import verifier_identity
+from eagle_assets.hidden_state_files import content_id, encode_sample, write_sample
 from eagle_assets.splits import TRAIN, group_id, prompts_file, split_for
-from eagle_assets.storage import atomic_path, file_sha256, write_json, write_parquet
+from eagle_assets.storage import atomic_path, write_json, write_parquet
 
 
 def write_head_only_verifier(folder: Path, config, seed: int = 0, device: str = "cpu") -> Path:
@@ -57,6 +58,7 @@ def write_random_features(
     device: str = "cpu",
     distinct_rows: int | None = None,
     validation_fraction: float = 0.1,
+    feature_dtype: str = "bfloat16",
 ) -> None:
     """Write ``num_rows`` random rows of ``partition`` under the storage ``root``: the ``train`` and
     ``validation`` splits (``validation_fraction`` of them, by the usual group hash), no ``heldout``.
@@ -64,9 +66,11 @@ def write_random_features(
     ``layer_ids`` are the captured layers in file order: the auxiliary ids, then the final layer's.
     ``distinct_rows`` (default: all) bounds how many different token sequences -- and tensor files --
     are drawn; further rows repeat them under their own prompt ids, as duplicate prompts would. Large
-    benchmark sets then cost the writing of a few files instead of tens of gigabytes.
+    benchmark sets then cost the writing of a few files instead of tens of gigabytes. ``feature_dtype``
+    is the storage dtype (``bfloat16`` or ``fp8``), written by the ``hidden_states`` asset's own writer.
     """
     rng = np.random.default_rng(seed)
+    identity = verifier_identity(verifier_path)
     gen = torch.Generator(device=device).manual_seed(seed)
     seq_folder = Path(root) / "token_sequences" / partition
     hs_folder = Path(root) / "hidden_states" / partition
@@ -91,20 +95,19 @@ def write_random_features(
         input_ids = rng.integers(0, vocab_size, size=length, dtype=np.int64)
         prompt_len = max(1, int(length * prompt_fraction))
         loss_mask = np.r_[np.zeros(prompt_len, np.int8), np.ones(length - prompt_len, np.int8)]
-        content_id = hashlib.sha256(input_ids.tobytes() + str(layer_ids).encode()).hexdigest()[:32]
+        cid = content_id(input_ids, identity, layer_ids, feature_dtype)
         hidden = torch.randn(
             (length, len(layer_ids), hidden_size), generator=gen, device=device, dtype=torch.bfloat16
         )
-        rel = f"tensors/{content_id}.safetensors"
-        with atomic_path(hs_folder / rel) as tmp:
-            save_file({"hidden_states": hidden.cpu(), "token_ids": torch.from_numpy(input_ids)}, str(tmp))
+        tensors = encode_sample(hidden.cpu(), torch.from_numpy(input_ids), len(layer_ids), hidden_size, f"row {i}",
+                                feature_dtype)
+        rel, sha, _ = write_sample(hs_folder, cid, tensors)
         seq_rows.append(
             {"prompt_id": prompt_id, "input_ids": input_ids.astype(np.int32).tolist(),
              "loss_mask": loss_mask.tolist(), "seq_len": length, "origin": "rendered"}
         )
         index_rows.append(
-            {"prompt_id": prompt_id, "content_id": content_id, "file": rel,
-             "seq_len": length, "sha256": file_sha256(hs_folder / rel)}
+            {"prompt_id": prompt_id, "content_id": cid, "file": rel, "seq_len": length, "sha256": sha}
         )
     seq_schema = pa.schema([
         ("prompt_id", pa.string()), ("input_ids", pa.list_(pa.int32())),
@@ -118,11 +121,11 @@ def write_random_features(
     write_parquet(pa.Table.from_pylist(seq_rows, schema=seq_schema), seq_folder / "sequences.parquet")
     write_parquet(pa.Table.from_pylist(index_rows, schema=index_schema), hs_folder / "index.parquet")
     config = json.loads((Path(verifier_path) / "config.json").read_text())
-    verifier = {"backend": "transformers", "model_path": str(verifier_path), "identity": verifier_identity(verifier_path),
+    verifier = {"backend": "transformers", "model_path": str(verifier_path), "identity": identity,
                 "num_layers": config["num_hidden_layers"], "hidden_size": hidden_size,
                 "vocab_size": config["vocab_size"]}
     write_json(
         {"verifier": verifier, "layer_ids": list(layer_ids), "aux_layer_ids": list(layer_ids[:-1]),
-         "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": "bfloat16"},
+         "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": feature_dtype},
         hs_folder / "manifest.json",
     )
