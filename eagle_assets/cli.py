@@ -160,3 +160,32 @@ def lineage_verify(
         typer.echo(f"{len(problems)} of {checked} artifacts changed or vanished", err=True)
         raise typer.Exit(1)
     typer.echo(f"ok: {checked} artifacts match their recorded sha256")
+
+
+@app.command()
+def plan(
+    verifier: str = typer.Option("tiny", "--verifier", help="A preset (tiny, llama-3.1-8b, kimi-k2.5) or a "
+                                 "verifier config.json / model folder (a nested text_config is read)."),
+    prompts: int = typer.Option(None, "--prompts", min=1, help="Number of prompts to plan for."),
+    partition: list[str] = typer.Option([], "--partition", help="Materialized dataset partition(s): prompt count "
+                                        "from prompts, token statistics from reasoning_samples (repeatable)."),
+    root: Path = typer.Option(None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."),
+    aux_layers: str = typer.Option("", "--aux-layers", help="Aux layer ids, e.g. 2,30,58; default: the backend's."),
+    prompt_tokens: float = typer.Option(None, "--prompt-tokens", min=1, help="Mean prompt tokens (overrides the assumed/measured)."),
+    completion_tokens: float = typer.Option(None, "--completion-tokens", min=1, help="Mean completion tokens (overrides)."),
+    generation_tok_s: float = typer.Option(None, "--generation-tok-s", min=1, help="Decode tokens/s of one vLLM "
+                                           "replica, if you measured it (the project has no GPU figure)."),
+    generation_gpus: int = typer.Option(8, "--generation-gpus", min=1, help="GPUs per vLLM replica (TP size)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Disk (bf16 and fp8 features) and GPU-hours per stage, and whether the storage root has room."""
+    from eagle_assets.capacity.report import plan_report
+
+    try:
+        lines = plan_report(verifier, prompts, partition, root, aux_layers, prompt_tokens, completion_tokens,
+                         generation_tok_s, generation_gpus, as_json)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    for line in lines:
+        typer.echo(line)

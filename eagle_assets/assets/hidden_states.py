@@ -16,6 +16,8 @@ from pydantic import Field
 
 from eagle_assets.assets.token_sequences import FILE_NAME as SEQUENCES_FILE
 from eagle_assets.backends import ExtractionRequest
+from eagle_assets.capacity import asset_plan_metadata, feature_bytes_per_token, shape_of
+from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.hidden_state_files import (
     FP8,
     SCALES_KEY,
@@ -38,8 +40,6 @@ SCRATCH_DIR = "scratch"  # a backend's own temporary files (ExtractionRequest.sc
 MANIFEST_FILE = "manifest.json"
 LOG_EVERY_S = 5.0
 GB = 1e9
-# safetensors header + token ids: small next to the states, but counted so tiny models budget right.
-FILE_OVERHEAD_BYTES = 512
 CHECK_SAMPLE = 16
 FORMATS = {
     "bfloat16": "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
@@ -72,16 +72,9 @@ class HiddenStatesConfig(dg.Config):
     )
 
 
-def bytes_per_token(num_layers: int, hidden_size: int, feature_dtype: str = "bfloat16") -> int:
-    """The states of every captured layer (bf16: 2 bytes per value; fp8: 1, plus its fp32 scale)
-    + the int64 token id."""
-    if feature_dtype == FP8:
-        return num_layers * hidden_size + 4 + 8
-    return num_layers * hidden_size * 2 + 8
-
-
 def check_disk_budget(folder: Path, tokens: int, files: int, per_token: int, headroom_gb: float) -> int:
-    """Fail fast, with the numbers, when the write cannot fit; returns the estimate in bytes."""
+    """Fail fast, with the numbers, when the write cannot fit; returns the estimate in bytes (the
+    capacity plan's arithmetic: ``eagle-assets plan`` prints the same per-token and per-file bytes)."""
     needed = tokens * per_token + files * FILE_OVERHEAD_BYTES
     free = shutil.disk_usage(folder).free
     if free - needed < headroom_gb * GB:
@@ -174,7 +167,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         for row, cid in enumerate(cids):
             if cid not in todo and not (folder / relative_path(cid)).exists():
                 todo[cid] = row
-        per_token = bytes_per_token(len(layer_ids), hidden_size, feature_dtype)
+        per_token = feature_bytes_per_token(len(layer_ids), hidden_size, feature_dtype)
         todo_tokens = sum(len(input_ids[r]) for r in todo.values())
         estimate = check_disk_budget(folder, todo_tokens, len(todo), per_token, config.disk_headroom_gb)
         context.log.info(
@@ -238,6 +231,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "extraction_workers": len(devices),
                 "verifier_identity": identity,
                 "path": dg.MetadataValue.path(str(folder)),
+                **asset_plan_metadata(storage.root, [partition], "hidden_states", feature_dtype=feature_dtype,
+                                      shape=shape_of(str(model_path), backend.text_config(model_path), layer_ids)),
             },
             data_version=dg.DataVersion(combined_hash(f"{c}:{hashes[c]}" for c in sorted(set(cids)))[:16]),
         )

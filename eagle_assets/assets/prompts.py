@@ -7,6 +7,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.plugin_manager import dataset_source, load_errors
 from eagle_assets.prompt_collection import Collection, collect
 from eagle_assets.prompt_records import SKIP_REASONS
@@ -181,7 +182,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             f"({found.duplicates} duplicates, {len(found.skips)} skipped) -> {path}"
         )
         return dg.MaterializeResult(
-            metadata=_metadata(found, table, path, version, location, rule),
+            metadata={**_metadata(found, table, path, version, location, rule),
+                      **asset_plan_metadata(storage.root, [name], "prompts")},
             data_version=dg.DataVersion(_content_hash(table)),
             check_results=[
                 dg.AssetCheckResult(

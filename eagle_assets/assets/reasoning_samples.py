@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from eagle_assets.assets import prompts as prompts_asset
+from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
 from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples
@@ -197,7 +198,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         samples = load_samples(folder)
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
-        meta = _metadata(samples, prompts.num_rows, folder, run)
+        meta = {**_metadata(samples, prompts.num_rows, folder, run),
+                **asset_plan_metadata(storage.root, [name], "reasoning_samples")}
         for message in _error_examples(samples):
             context.log.warning(message)
         return dg.MaterializeResult(

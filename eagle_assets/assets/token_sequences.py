@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from eagle_assets.assets.prompts import FILE_NAME as PROMPTS_FILE
+from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.store import load_samples
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.splits import SPLITS, read_current_splits
@@ -148,6 +149,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 **drift.metadata(),
                 "template_hash": template_hash(tokenizer),
                 "path": dg.MetadataValue.path(str(path)),
+                **asset_plan_metadata(storage.root, [partition], "token_sequences"),
             },
             data_version=dg.DataVersion(version),
         )

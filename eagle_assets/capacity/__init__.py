@@ -1,0 +1,22 @@
+"""Capacity planning: disk bytes and GPU-hours per pipeline stage, from a verifier shape and token counts."""
+
+from eagle_assets.capacity.plan import (
+    BF16,
+    FP8,
+    CapacityPlan,
+    TokenStats,
+    asset_plan_metadata,
+    assumed_token_stats,
+    build_plan,
+    feature_bytes,
+    feature_bytes_per_token,
+    measure_token_stats,
+    plan_lines,
+    stage_metadata,
+)
+from eagle_assets.capacity.shapes import PRESETS, ModelShape, ShapeError, load_shape, shape_of
+
+__all__ = ["BF16", "FP8", "PRESETS", "CapacityPlan", "ModelShape", "ShapeError", "TokenStats", "asset_plan_metadata",
+           "assumed_token_stats",
+           "build_plan", "feature_bytes", "feature_bytes_per_token", "load_shape", "measure_token_stats",
+           "plan_lines", "shape_of", "stage_metadata"]
