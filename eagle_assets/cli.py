@@ -146,20 +146,32 @@ def lineage_verify(
     checkpoint: Path = typer.Argument(..., help="Checkpoint folder (holds lineage.json)."),
     root: Path = typer.Option(None, "--root", help=_ROOT_HELP),
 ) -> None:
-    """Recompute the hash of every stored artifact; exit 1 naming each one that changed or vanished."""
+    """Check lineage.json against its sha256 (lineage.sha256, and the checkpoint's materialization in the
+    Dagster instance when $DAGSTER_HOME is set), the checkpoint's content hash, and every artifact's hash;
+    exit 1 naming each one that changed or vanished."""
+    import contextlib
+    import os
+
+    import dagster as dg
+
     from eagle_assets.lineage import LineageError, verify_lineage
 
-    try:
-        checked, problems = verify_lineage(checkpoint, root)
-    except LineageError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
-    for problem in problems:
+    with contextlib.ExitStack() as stack:
+        instance = stack.enter_context(dg.DagsterInstance.get()) if os.environ.get("DAGSTER_HOME") else None
+        try:
+            result = verify_lineage(checkpoint, root, instance)
+        except LineageError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    for problem in result.problems:
         typer.echo(str(problem), err=True)
-    if problems:
-        typer.echo(f"{len(problems)} of {checked} artifacts changed or vanished", err=True)
+    if result.problems:
+        typer.echo(f"{len(result.problems)} problems ({result.checked} artifacts checked)", err=True)
         raise typer.Exit(1)
-    typer.echo(f"ok: {checked} artifacts match their recorded sha256")
+    against = "lineage.sha256" + (" and the Dagster instance" if instance is not None and not result.notes else "")
+    typer.echo(f"ok: lineage.json matches {against}; {result.checked} artifacts match their recorded sha256")
 
 
 @app.command()

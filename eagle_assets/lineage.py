@@ -2,8 +2,11 @@
 
 :func:`collect_lineage` reads the Dagster provenance of the latest upstream materializations (data
 and code versions, input data versions, run ids, metadata) and hashes every stored upstream file;
-:func:`write_lineage` adds the checkpoint's own files and writes ``lineage.json`` into the checkpoint.
-:func:`verify_lineage` later recomputes every hash and names each artifact that changed or vanished.
+:func:`write_lineage` adds the checkpoint's own files and content hash, writes ``lineage.json`` into the
+checkpoint and its sha256 beside it (``lineage.sha256``); the checkpoint asset also records that sha256
+in its materialization metadata. :func:`verify_lineage` later checks the record against both, recomputes
+every hash (upstream files, the training folder, the checkpoint's files and folder name) and names each
+artifact that changed or vanished.
 
 Upstream paths are stored relative to the storage root (recorded too), so a moved data folder still
 verifies with ``root=...``; checkpoint files are relative to the checkpoint folder itself.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,9 +28,17 @@ from typing import Any
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.storage import file_sha256, write_json
+from eagle_assets.storage import combined_hash, file_sha256, write_json
 
 LINEAGE_FILE = "lineage.json"
+# sha256sum's format, so `sha256sum -c lineage.sha256` checks the record too.
+LINEAGE_DIGEST_FILE = "lineage.sha256"
+# The checkpoint materialization's metadata key holding the same sha256.
+LINEAGE_DIGEST_KEY = "lineage_sha256"
+CHECKPOINT_ASSET = "eagle3_checkpoint"
+TRAINING_DATA = "training_data"
+# The training folder's hidden-state files are links to hidden_states tensors (hashed as those).
+TRAINING_LINKS = "hidden_states"
 LINEAGE_FORMAT = 1
 # The partitioned assets upstream of a checkpoint, in pipeline order.
 UPSTREAM_ASSETS = ("prompts", "reasoning_samples", "token_sequences", "hidden_states")
@@ -150,6 +163,23 @@ def upstream_artifacts(root: Path, partitions: Iterable[str]) -> list[dict]:
     return found
 
 
+def training_data_artifacts(root: Path, folder: Path) -> list[dict]:
+    """The speculators training folder (rows, Arrow data, token counts, vocab maps) with every file's
+    sha256; its hidden-state links are one entry whose hash covers each link's name and target."""
+    root, folder = Path(root), Path(folder)
+    found = [_artifact(root, p, TRAINING_DATA, None) for p in sorted(folder.rglob("*"))
+             if p.is_file() and not p.is_symlink() and not p.name.startswith(".")]
+    links = folder / TRAINING_LINKS
+    if links.is_dir():
+        found.append({"asset": TRAINING_DATA, "partition": None, "path": links.relative_to(root).as_posix(), "bytes": None,
+                      "links": sum(1 for _ in links.iterdir()), "sha256": _links_hash(links)})
+    return found
+
+
+def _links_hash(folder: Path) -> str:
+    return combined_hash(f"{p.name}->{os.readlink(p)}" for p in sorted(folder.iterdir()) if p.is_symlink())
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -235,13 +265,15 @@ def collect_lineage(
     partitions: Iterable[str],
     *,
     training: Mapping[str, Any] | None = None,
+    training_folder: str | Path | None = None,
     checkpoint_run_id: str | None = None,
     checkpoint_code_version: str | None = None,
 ) -> dict:
     """The lineage of a checkpoint trained on ``partitions`` of the data under ``storage_root``.
 
     Reads the latest materialization of each upstream asset partition from ``instance`` (the run that
-    produced the files now on disk) and hashes the files. ``training`` is the checkpoint's own record
+    produced the files now on disk) and hashes the files, and those of ``training_folder`` (the
+    speculators data folder, under the storage root). ``training`` is the checkpoint's own record
     (hyperparameters, seed, data, metrics): it is stored as given, with library versions added.
     """
     root = Path(storage_root).resolve()
@@ -275,6 +307,8 @@ def collect_lineage(
         sections["hidden_states"][p] = {**manifest, "metadata": meta("hidden_states", p)}
 
     artifacts = upstream_artifacts(root, partitions)
+    if training_folder is not None:
+        artifacts += training_data_artifacts(root, Path(training_folder).resolve())
     run_ids = {f"{asset}[{p}]": rec["run_id"] for asset, by_p in dagster.items() for p, rec in by_p.items() if rec}
     if checkpoint_run_id:
         run_ids["eagle3_checkpoint"] = checkpoint_run_id
@@ -294,23 +328,37 @@ def collect_lineage(
 
 
 def lineage_for_checkpoint(context: dg.AssetExecutionContext, storage_root: str | Path, partitions: Iterable[str],
-                           training: Mapping[str, Any] | None = None) -> dict:
+                           training: Mapping[str, Any] | None = None,
+                           training_folder: str | Path | None = None) -> dict:
     """:func:`collect_lineage` from inside the checkpoint asset: instance, run id and code version from
     ``context``."""
     code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
     return collect_lineage(context.instance, storage_root, partitions, training=training,
-                           checkpoint_run_id=context.run.run_id, checkpoint_code_version=code_version)
+                           training_folder=training_folder, checkpoint_run_id=context.run.run_id,
+                           checkpoint_code_version=code_version)
 
 
-def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any]) -> Path:
-    """Write ``lineage.json`` into the checkpoint, adding the hashes of the checkpoint's own files."""
+def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any]) -> str:
+    """Write ``lineage.json`` into the checkpoint, adding the hashes of the checkpoint's own files and
+    its content hash, then ``lineage.sha256`` beside it; returns that sha256."""
+    from eagle_assets.training.checkpoint import checkpoint_hash
+
     folder = Path(checkpoint_dir)
     own = [
         {"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": file_sha256(p)}
         for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != LINEAGE_FILE and not p.name.startswith(".")
+        if p.is_file() and p.name not in (LINEAGE_FILE, LINEAGE_DIGEST_FILE) and not p.name.startswith(".")
     ]
-    return write_json({**lineage, "checkpoint_files": own}, folder / LINEAGE_FILE)
+    path = write_json({**lineage, "checkpoint_files": own, "checkpoint_hash": checkpoint_hash(folder)},
+                      folder / LINEAGE_FILE)
+    digest = file_sha256(path)
+    (folder / LINEAGE_DIGEST_FILE).write_text(f"{digest}  {LINEAGE_FILE}\n")
+    return digest
+
+
+def lineage_digest(checkpoint_dir: str | Path) -> str:
+    """The sha256 of the checkpoint's ``lineage.json`` as it is now."""
+    return file_sha256(Path(checkpoint_dir) / LINEAGE_FILE)
 
 
 def read_lineage(checkpoint_dir: str | Path) -> dict:
@@ -406,30 +454,133 @@ def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None 
 
 @dataclass(frozen=True)
 class Discrepancy:
-    """One stored artifact that no longer matches its recorded hash."""
+    """One stored artifact, or the lineage record itself, that no longer matches what was recorded."""
 
-    kind: str  # "changed" | "vanished"
+    kind: str  # "changed" | "vanished" | "misnamed" | "unrecorded"
     path: str  # as recorded (relative to the storage root or the checkpoint)
     where: Path  # the resolved file
     asset: str
+    detail: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind}: {self.asset} {self.path} ({self.where})"
+        return f"{self.kind}: {self.asset} {self.path} ({self.where})" + (f": {self.detail}" if self.detail else "")
 
 
-def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None) -> tuple[int, list[Discrepancy]]:
-    """Recompute every recorded hash: (artifacts checked, discrepancies). ``root`` overrides the storage
-    root recorded in lineage.json (a data folder that moved or was copied)."""
+@dataclass
+class Verification:
+    """What :func:`verify_lineage` found: ``problems`` empty = every check passed."""
+
+    checked: int  # artifacts whose hash was recomputed
+    problems: list[Discrepancy]
+    notes: list[str]  # checks that could not be made (e.g. the instance never recorded this checkpoint)
+
+
+def recorded_digest(instance: dg.DagsterInstance, checkpoint_dir: Path,
+                    content_hash: str) -> tuple[str | None, str] | None:
+    """(recorded lineage sha256, run id) of the latest checkpoint materialization of this folder (same
+    path, or the same content hash as data version: a copied folder), or None when there is none."""
+    folder = checkpoint_dir.resolve()
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(CHECKPOINT_ASSET)),
+                                              limit=1000).records  # newest first
+    for record in records:
+        entry = record.event_log_entry
+        mat = entry.asset_materialization
+        path = _plain((mat.metadata or {}).get("path"))
+        same_version = bool(content_hash) and (mat.tags or {}).get(_DATA_VERSION_TAG) == content_hash[:16]
+        if same_version or (path and Path(path).resolve() == folder):
+            return _plain((mat.metadata or {}).get(LINEAGE_DIGEST_KEY)), entry.run_id
+    return None
+
+
+def _content_hash(folder: Path) -> str | None:
+    """The checkpoint's content hash (config + weights), None when a file of it is gone."""
+    from eagle_assets.training.checkpoint import checkpoint_hash
+
+    try:
+        return checkpoint_hash(folder)
+    except OSError:
+        return None
+
+
+def _record_problems(folder: Path, instance: dg.DagsterInstance | None, notes: list[str]) -> list[Discrepancy]:
+    """The lineage record against its sha256 beside it and in the instance's materialization metadata."""
+    record = folder / LINEAGE_FILE
+    actual = file_sha256(record)
+    problems = []
+    digest_file = folder / LINEAGE_DIGEST_FILE
+    if not digest_file.is_file():
+        problems.append(Discrepancy("vanished", LINEAGE_DIGEST_FILE, digest_file, "lineage",
+                                    "the record's sha256 is missing: lineage.json is unprotected"))
+    elif digest_file.read_text().split()[:1] != [actual]:
+        problems.append(Discrepancy("changed", LINEAGE_FILE, record, "lineage",
+                                    f"sha256 {actual[:16]} differs from {LINEAGE_DIGEST_FILE}: edited since written"))
+    if instance is not None:
+        found = recorded_digest(instance, folder, _content_hash(folder) or "")
+        if found is None:
+            notes.append(f"the Dagster instance has no {CHECKPOINT_ASSET} materialization of {folder}: "
+                         "checked against lineage.sha256 only")
+        elif found[0] is None:
+            problems.append(Discrepancy("unrecorded", LINEAGE_FILE, record, "lineage",
+                                        f"run {found[1][:8]} recorded no {LINEAGE_DIGEST_KEY}"))
+        elif found[0] != actual:
+            problems.append(Discrepancy("changed", LINEAGE_FILE, record, "lineage",
+                                        f"sha256 {actual[:16]} differs from the {LINEAGE_DIGEST_KEY} "
+                                        f"{found[0][:16]} Dagster recorded (run {found[1][:8]})"))
+    return problems
+
+
+def _checkpoint_problems(folder: Path, lineage: Mapping[str, Any]) -> list[Discrepancy]:
+    """The folder's content hash against its name; training.json against the record."""
+    actual = _content_hash(folder)
+    if actual is None:
+        return []  # a weights or config file is gone: named as vanished with the checkpoint's files
+    problems = []
+    # Kept folders are named by their content hash (a changed weight file is named on its own below);
+    # a user's copy under another name is fine.
+    if re.fullmatch(r"[0-9a-f]{16}", folder.name) and folder.name != actual[:16]:
+        problems.append(Discrepancy("misnamed", ".", folder, CHECKPOINT_ASSET,
+                                    f"the folder is named {folder.name} but its content hash is {actual[:16]}"))
+    training = _read_json(folder / "training.json")
+    for key, value in training.items():
+        if json.dumps(lineage["training"].get(key), sort_keys=True) != json.dumps(value, sort_keys=True):
+            problems.append(Discrepancy("changed", f"training.{key}", folder / LINEAGE_FILE, "lineage",
+                                        "differs from the checkpoint's training.json"))
+    return problems
+
+
+def _artifact_changed(where: Path, artifact: Mapping[str, Any]) -> str | None:
+    """"vanished", "changed" or None (intact) for one recorded artifact."""
+    if "links" in artifact:
+        return "changed" if not where.is_dir() or _links_hash(where) != artifact["sha256"] else None
+    if not where.is_file():
+        return "vanished"
+    return "changed" if file_sha256(where) != artifact["sha256"] else None
+
+
+def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None,
+                   instance: dg.DagsterInstance | None = None) -> Verification:
+    """Check the lineage record (against ``lineage.sha256`` and, given ``instance``, the sha256 Dagster
+    recorded), the checkpoint's content hash and name, and recompute every recorded hash. ``root``
+    overrides the storage root recorded in lineage.json (a data folder that moved or was copied)."""
     folder = Path(checkpoint_dir)
-    lineage = read_lineage(folder)
+    if not (folder / LINEAGE_FILE).is_file():
+        read_lineage(folder)  # raises the clear "not a checkpoint folder" error
+    notes: list[str] = []
+    problems = _record_problems(folder, instance, notes)
+    try:
+        lineage = read_lineage(folder)
+    except LineageError as exc:
+        if not problems:
+            raise
+        return Verification(0, [*problems, Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage",
+                                                       str(exc))], notes)
+    problems += _checkpoint_problems(folder, lineage)
     base = Path(root) if root is not None else Path(lineage["storage_root"])
     entries = [(base, a, a["asset"]) for a in lineage["artifacts"]]
-    entries += [(folder, f, "eagle3_checkpoint") for f in lineage.get("checkpoint_files", [])]
-    problems = []
+    entries += [(folder, f, CHECKPOINT_ASSET) for f in lineage.get("checkpoint_files", [])]
     for where_root, artifact, asset in entries:
         where = where_root / artifact["path"]
-        if not where.is_file():
-            problems.append(Discrepancy("vanished", artifact["path"], where, asset))
-        elif file_sha256(where) != artifact["sha256"]:
-            problems.append(Discrepancy("changed", artifact["path"], where, asset))
-    return len(entries), problems
+        kind = _artifact_changed(where, artifact)
+        if kind:
+            problems.append(Discrepancy(kind, artifact["path"], where, asset))
+    return Verification(len(entries), problems, notes)

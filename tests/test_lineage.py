@@ -3,16 +3,19 @@
 The chain: the real ``prompts`` asset (demo source), reasoning-sample shards written through the real
 generation store (a stand-in for the vLLM capture, which needs a server), the real
 ``token_sequences`` and ``hidden_states`` assets on the tiny verifier, and a checkpoint stand-in that
-writes weight files and records its lineage exactly as ``eagle3_checkpoint`` does.
+builds the real training folder, writes weight files and records its lineage exactly as
+``eagle3_checkpoint`` does (no training: that is tests/test_training.py's).
 """
 
 # No `from __future__ import annotations`: Dagster reads the test assets' annotations at runtime.
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.parquet as pq
 import pytest
 from safetensors.torch import save_file
 from transformers import AutoTokenizer
@@ -26,6 +29,8 @@ from eagle_assets.assets import token_sequences as ts_family
 from eagle_assets.cli import app
 from eagle_assets.generation.store import load_samples
 from eagle_assets.lineage import (
+    LINEAGE_DIGEST_FILE,
+    LINEAGE_DIGEST_KEY,
     LINEAGE_FILE,
     UPSTREAM_ASSETS,
     collect_lineage,
@@ -40,7 +45,9 @@ from eagle_assets.lineage import (
 )
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.storage import combined_hash
+from eagle_assets.storage import combined_hash, file_sha256, write_json
+from eagle_assets.training.checkpoint import checkpoint_hash
+from eagle_assets.training.data_dir import build_training_data
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -67,17 +74,22 @@ def chain_assets(tokenizer):
                                               for name in ("token_sequences", "hidden_states")],
               code_version="test-ckpt-1")
     def eagle3_checkpoint(context: dg.AssetExecutionContext, storage: StorageRoot) -> dg.MaterializeResult:
-        """Weight files, then lineage.json as the real checkpoint asset writes it."""
+        """The training folder, weight files, training.json, then lineage.json as the real asset writes them."""
         import torch
 
+        data = build_training_data(storage.root, [PARTITION], storage.path("eagle3_checkpoint") / "_work")
         folder = storage.path("eagle3_checkpoint") / "ckpt"
         folder.mkdir()
         save_file({"w": torch.arange(8, dtype=torch.float32)}, str(folder / "model.safetensors"))
         (folder / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
-        training = {"settings": {"epochs": 1, "lr": 1e-3, "seed": 0}}
-        lineage = lineage_for_checkpoint(context, storage.root, [PARTITION], training=training)
-        write_lineage(folder, lineage)
-        return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(folder)), **lineage_metadata(lineage)})
+        training = {"settings": {"epochs": 1, "lr": 1e-3, "seed": 0}, "code_version": "test-ckpt-1",
+                    "data": {"folder": str(data.path)}}
+        write_json(training, folder / "training.json")
+        lineage = lineage_for_checkpoint(context, storage.root, [PARTITION], training=training,
+                                         training_folder=data.path)
+        digest = write_lineage(folder, lineage)
+        return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(folder)), LINEAGE_DIGEST_KEY: digest,
+                                              **lineage_metadata(lineage)})
 
     return [prompts_family.build(partitions)["assets"][0], reasoning_samples,
             *ts_family.build(partitions)["assets"], *hs_family.build(partitions)["assets"], eagle3_checkpoint]
@@ -95,15 +107,15 @@ def chain(tiny_verifier, tmp_path_factory):
     with dg.instance_for_test(temp_dir=str(home)) as instance:
         upstream = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources=resources,
                                   selection=list(UPSTREAM_ASSETS),
-                                  run_config={"ops": {"prompts": {"config": {"limit": 6}}}})
+                                  run_config={"ops": {"prompts": {"config": {"limit": 6, "validation_fraction": 0.34}}}})
         assert upstream.success
         checkpoint = dg.materialize(assets, instance=instance, resources=resources, selection=["eagle3_checkpoint"])
         assert checkpoint.success
-        yield instance, Path(storage.root), Path(storage.root) / "eagle3_checkpoint" / "ckpt"
+        yield instance, Path(storage.root), Path(storage.root) / "eagle3_checkpoint" / "ckpt", home
 
 
 def test_lineage_records_dagster_provenance_and_every_file(chain):
-    instance, root, ckpt = chain
+    instance, root, ckpt, _ = chain
     lineage = read_lineage(ckpt)
     assert lineage["storage_root"] == str(root.resolve())
     for asset in UPSTREAM_ASSETS:
@@ -123,7 +135,13 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
     assert f"token_sequences/{PARTITION}/sequences.parquet" in paths
     assert any(p.startswith(f"reasoning_samples/{PARTITION}/shard-") for p in paths)
     assert any(p.startswith(f"hidden_states/{PARTITION}/tensors/") for p in paths)
-    assert {f["path"] for f in lineage["checkpoint_files"]} == {"config.json", "model.safetensors"}
+    assert {f["path"] for f in lineage["checkpoint_files"]} == {"config.json", "model.safetensors", "training.json"}
+    assert lineage["checkpoint_hash"] == checkpoint_hash(ckpt)
+    # The training folder: its files hashed, its hidden-state links as one entry.
+    training_files = [a for a in lineage["artifacts"] if a["asset"] == "training_data"]
+    assert {"rows.parquet", "token_freq.pt"} <= {Path(a["path"]).name for a in training_files}
+    [links] = [a for a in training_files if "links" in a]
+    assert links["links"] == pq.read_metadata(root / Path(links["path"]).parent / "rows.parquet").num_rows > 0
     src = lineage["prompt_sources"][PARTITION]
     assert src["plugin"] and src["counts"]["rows_kept"] == 6
     assert lineage["generation"][PARTITION]["reasoning_parser"] == "qwen3"
@@ -134,13 +152,17 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
 
 
 def test_checkpoint_materialization_shows_the_lineage(chain):
-    instance, _, _ = chain
+    instance, _, ckpt, _ = chain
     record = latest_materialization(instance, "eagle3_checkpoint", None)
     assert record["metadata"][f"lineage/prompts[{PARTITION}]"].startswith("data ")
+    # The record's sha256, in the materialization and beside the record.
+    digest = file_sha256(ckpt / LINEAGE_FILE)
+    assert record["metadata"][LINEAGE_DIGEST_KEY] == digest
+    assert (ckpt / LINEAGE_DIGEST_FILE).read_text().split() == [digest, LINEAGE_FILE]
 
 
 def test_show_prints_the_chain(chain):
-    _, _, ckpt = chain
+    _, _, ckpt, _ = chain
     result = runner.invoke(app, ["lineage", "show", str(ckpt)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -150,10 +172,89 @@ def test_show_prints_the_chain(chain):
 
 
 def test_verify_passes_on_an_intact_chain(chain):
-    _, _, ckpt = chain
-    result = runner.invoke(app, ["lineage", "verify", str(ckpt)])
+    _, _, ckpt, home = chain
+    result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("ok: ")
+    assert result.output.startswith("ok: lineage.json matches lineage.sha256; ")
+    result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": str(home)})
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("ok: lineage.json matches lineage.sha256 and the Dagster instance; ")
+
+
+def _edited(lineage: dict, edit: str) -> dict:
+    if edit == "seed":
+        lineage["training"]["settings"]["seed"] += 1
+    elif edit == "hash":
+        lineage["artifacts"][0]["sha256"] = "0" * 64
+    elif edit == "artifact":
+        lineage["artifacts"].pop()
+    elif edit == "section":
+        del lineage["run_ids"]
+    return lineage
+
+
+@pytest.mark.parametrize("edit", ["seed", "hash", "artifact", "section"])
+@pytest.mark.parametrize("forged", [False, True], ids=["edited", "forged"])
+def test_any_edit_of_the_lineage_record_fails_verify(chain, edit, forged):
+    """A changed value, a changed hash, a removed entry or section: exit 1. ``forged`` also rewrites
+    lineage.sha256 to match; the sha256 Dagster recorded at materialization still tells."""
+    _, _, ckpt, home = chain
+    record, digest_file = ckpt / LINEAGE_FILE, ckpt / LINEAGE_DIGEST_FILE
+    original, original_digest = record.read_bytes(), digest_file.read_bytes()
+    try:
+        record.write_text(json.dumps(_edited(json.loads(original), edit), indent=2, sort_keys=True) + "\n")
+        if forged:
+            digest_file.write_text(f"{file_sha256(record)}  {LINEAGE_FILE}\n")
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": str(home)})
+        assert result.exit_code == 1, result.output
+        assert f"changed: lineage {LINEAGE_FILE}" in result.output
+        assert ("Dagster recorded" if forged else "differs from lineage.sha256") in result.output, result.output
+        if not forged:  # without the instance, lineage.sha256 alone catches an edit
+            alone = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
+            assert alone.exit_code == 1, alone.output
+    finally:
+        record.write_bytes(original)
+        digest_file.write_bytes(original_digest)
+    assert runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": str(home)}).exit_code == 0
+
+
+def test_a_forged_seed_disagrees_with_training_json_even_without_the_instance(chain):
+    _, _, ckpt, _ = chain
+    record, digest_file = ckpt / LINEAGE_FILE, ckpt / LINEAGE_DIGEST_FILE
+    original, original_digest = record.read_bytes(), digest_file.read_bytes()
+    try:
+        record.write_text(json.dumps(_edited(json.loads(original), "seed"), indent=2, sort_keys=True) + "\n")
+        digest_file.write_text(f"{file_sha256(record)}  {LINEAGE_FILE}\n")
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
+        assert result.exit_code == 1 and "training.settings" in result.output, result.output
+    finally:
+        record.write_bytes(original)
+        digest_file.write_bytes(original_digest)
+
+
+def test_a_missing_record_digest_fails_verify(chain):
+    _, _, ckpt, _ = chain
+    digest_file = ckpt / LINEAGE_DIGEST_FILE
+    original = digest_file.read_bytes()
+    try:
+        digest_file.unlink()
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
+        assert result.exit_code == 1 and f"vanished: lineage {LINEAGE_DIGEST_FILE}" in result.output
+    finally:
+        digest_file.write_bytes(original)
+
+
+def test_the_checkpoint_folder_name_is_its_content_hash(chain, tmp_path):
+    """A kept folder is named by its content hash: a copy under that name verifies, under another
+    hash-like name it is named as misnamed (from lineage.json alone: no instance)."""
+    _, _, ckpt, _ = chain
+    good = tmp_path / checkpoint_hash(ckpt)[:16]
+    shutil.copytree(ckpt, good)
+    assert runner.invoke(app, ["lineage", "verify", str(good)], env={"DAGSTER_HOME": None}).exit_code == 0
+    bad = tmp_path / ("0" * 16)
+    shutil.copytree(ckpt, bad)
+    result = runner.invoke(app, ["lineage", "verify", str(bad)], env={"DAGSTER_HOME": None})
+    assert result.exit_code == 1 and "misnamed: eagle3_checkpoint" in result.output
 
 
 @pytest.mark.parametrize("pattern", [
@@ -163,9 +264,10 @@ def test_verify_passes_on_an_intact_chain(chain):
     f"hidden_states/{PARTITION}/index.parquet",
     f"hidden_states/{PARTITION}/tensors/*.safetensors",
     "eagle3_checkpoint/ckpt/model.safetensors",
+    "eagle3_checkpoint/_work/data-*/token_freq.pt",
 ])
 def test_one_changed_byte_is_named(chain, pattern):
-    _, root, ckpt = chain
+    _, root, ckpt, _ = chain
     target = sorted(root.glob(pattern))[0]
     original = target.read_bytes()
     try:
@@ -179,14 +281,29 @@ def test_one_changed_byte_is_named(chain, pattern):
     assert runner.invoke(app, ["lineage", "verify", str(ckpt)]).exit_code == 0
 
 
+def test_a_repointed_training_link_is_named(chain):
+    _, root, _, _ = chain
+    ckpt = root / "eagle3_checkpoint" / "ckpt"
+    [links] = root.glob("eagle3_checkpoint/_work/data-*/hidden_states")
+    first, second = sorted(links.iterdir())[:2]
+    target = os.readlink(first)
+    try:
+        first.unlink()
+        first.symlink_to(os.readlink(second))
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
+        assert result.exit_code == 1 and f"changed: training_data {links.relative_to(root).as_posix()}" in result.output
+    finally:
+        first.unlink()
+        first.symlink_to(target)
+
+
 def test_a_deleted_artifact_is_named_as_vanished(chain):
-    _, root, ckpt = chain
+    _, root, ckpt, _ = chain
     target = sorted(root.glob(f"hidden_states/{PARTITION}/tensors/*.safetensors"))[-1]
     original = target.read_bytes()
     try:
         target.unlink()
-        checked, problems = verify_lineage(ckpt)
-        assert [(p.kind, p.where) for p in problems] == [("vanished", target)]
+        assert [(p.kind, p.where) for p in verify_lineage(ckpt).problems] == [("vanished", target)]
         result = runner.invoke(app, ["lineage", "verify", str(ckpt)])
         assert result.exit_code == 1 and f"vanished: hidden_states {target.relative_to(root).as_posix()}" in result.output
     finally:
@@ -194,9 +311,9 @@ def test_a_deleted_artifact_is_named_as_vanished(chain):
 
 
 def test_a_moved_storage_root_verifies_with_root(chain, tmp_path):
-    _, root, ckpt = chain
+    _, root, ckpt, _ = chain
     copy = tmp_path / "moved"
-    shutil.copytree(root, copy)
+    shutil.copytree(root, copy, symlinks=True)  # as `mv` or `cp -a` would: links stay links
     moved_ckpt = copy / "eagle3_checkpoint" / "ckpt"
     assert runner.invoke(app, ["lineage", "verify", str(moved_ckpt), "--root", str(copy)]).exit_code == 0
     (copy / "prompts" / PARTITION / "prompts.parquet").write_bytes(b"not the prompts")

@@ -153,9 +153,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "run": {"folder": str(run.run_dir), "dagster_run_id": context.run.run_id},
             "metrics": summary,
         }
-        from eagle_assets.lineage import lineage_for_checkpoint, lineage_metadata, write_lineage
+        from eagle_assets.lineage import (
+            LINEAGE_DIGEST_KEY,
+            lineage_digest,
+            lineage_for_checkpoint,
+            lineage_metadata,
+            write_lineage,
+        )
 
-        lineage = lineage_for_checkpoint(context, root, chosen, training=training)
+        lineage = lineage_for_checkpoint(context, root, chosen, training=training, training_folder=data.path)
         folder, digest = keep_checkpoint(run.best_dir, storage.path(ASSET), {TRAINING_FILE: training},
                                          finish=lambda tmp: write_lineage(tmp, lineage))
         write_json({"path": str(folder), "data_version": digest}, storage.path(ASSET) / LATEST_FILE)
@@ -177,6 +183,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "tokens_per_s": summary["tokens_per_s"],
             **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
             **lineage_metadata(lineage),
+            # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
+            LINEAGE_DIGEST_KEY: lineage_digest(folder),
         }
         return dg.MaterializeResult(
             metadata={k: v for k, v in metadata.items() if v is not None},
