@@ -1,19 +1,39 @@
-"""The embedded default verifier: a tiny Qwen3 reasoning model the project builds and caches itself.
+"""The embedded verifiers: tiny reasoning models the project builds and caches itself.
 
-No model can be downloaded here, so the demo's verifier is built from scratch: a byte-level BPE
-tokenizer trained on the task text, a Qwen3-style chat template with ``<think>``/``</think>``, and a
+tiny-qwen3 (the default) is a Qwen3 decoder; tiny-kimi has Kimi-K2.5's shape (a DeepSeek-V3 decoder
+with MLA and experts, inside a ``kimi_k25`` wrapper, Kimi's chat markup). Both are built like this:
+
+no model can be downloaded here, so the demo's verifier is built from scratch: a byte-level BPE
+tokenizer trained on the task text, a chat template with ``<think>``/``</think>``, and a
 few hundred CPU steps on step-by-step arithmetic (plus short fixed-style replies to any other prompt),
 so that it really writes thinking, ``</think>``, an answer and ``<|im_end|>``.
 """
 
 from eagle_assets.tiny_verifier.build import build_tiny_verifier
-from eagle_assets.tiny_verifier.cache import cached_tiny_verifier, default_cache_dir
-from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE, TinyVerifierRecipe, recipe_hash
+from eagle_assets.tiny_verifier.cache import (
+    cached_embedded_verifier,
+    cached_tiny_kimi,
+    cached_tiny_verifier,
+    default_cache_dir,
+)
+from eagle_assets.tiny_verifier.recipe import (
+    DEFAULT_KIMI_RECIPE,
+    DEFAULT_RECIPE,
+    RECIPES,
+    TinyKimiRecipe,
+    TinyVerifierRecipe,
+    recipe_hash,
+)
 
 __all__ = [
+    "DEFAULT_KIMI_RECIPE",
     "DEFAULT_RECIPE",
+    "RECIPES",
+    "TinyKimiRecipe",
     "TinyVerifierRecipe",
     "build_tiny_verifier",
+    "cached_embedded_verifier",
+    "cached_tiny_kimi",
     "cached_tiny_verifier",
     "default_cache_dir",
     "recipe_hash",

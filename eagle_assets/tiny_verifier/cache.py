@@ -1,4 +1,4 @@
-"""Build the tiny verifier once per recipe and share it between processes."""
+"""Build each tiny verifier once per recipe and share it between processes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE, TinyVerifierRecipe, recipe_hash
+from eagle_assets.tiny_verifier.recipe import DEFAULT_KIMI_RECIPE, DEFAULT_RECIPE, RECIPES, TinyVerifierRecipe, recipe_hash
 
 # Written last by a build (see build.py); its presence marks a complete folder.
 RECIPE_FILE = "eagle_assets_recipe.json"
@@ -32,13 +32,14 @@ def cached_tiny_verifier(
 ) -> Path:
     """The folder of the tiny verifier built from ``recipe``, building it on first use.
 
-    The folder is ``<cache>/tiny-verifier/<recipe hash>``. A build runs in a temporary folder that is
+    The folder is ``<cache>/<kind's folder>/<recipe hash>`` (``tiny-verifier`` for tiny-qwen3,
+    ``tiny-kimi`` for tiny-kimi). A build runs in a temporary folder that is
     renamed into place only when complete, under an exclusive file lock, so processes calling this at
     the same time build once and everyone else waits, then reuses it; a crashed build leaves nothing
     under the final name.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = root / "tiny-verifier"
+    folder = root / recipe.cache_folder
     folder.mkdir(parents=True, exist_ok=True)
     key = recipe_hash(recipe)
     final = folder / key
@@ -51,12 +52,25 @@ def cached_tiny_verifier(
         _remove_abandoned_builds(folder, key)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=folder))
         try:
-            log(f"building the tiny verifier (recipe {key}) in {final}")
+            log(f"building the tiny verifier {recipe.kind} (recipe {key}) in {final}")
             _build_in_child(tmp, recipe, log)
             os.replace(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def cached_tiny_kimi(cache_dir: str | os.PathLike | None = None, log: Callable[[str], None] = print) -> Path:
+    """The folder of tiny-kimi, the Kimi-K2.5-shaped verifier (built on first use, like the default)."""
+    return cached_tiny_verifier(cache_dir, DEFAULT_KIMI_RECIPE, log)
+
+
+def cached_embedded_verifier(kind: str, cache_dir: str | os.PathLike | None = None,
+                             log: Callable[[str], None] = print) -> Path:
+    """The folder of the embedded verifier named ``kind`` (tiny-qwen3 or tiny-kimi), with its default recipe."""
+    if kind not in RECIPES:
+        raise ValueError(f"unknown embedded verifier {kind!r}: choose one of {', '.join(RECIPES)}")
+    return cached_tiny_verifier(cache_dir, RECIPES[kind](), log)
 
 
 def _remove_abandoned_builds(folder: Path, held_key: str) -> None:
@@ -79,7 +93,7 @@ def _build_in_child(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable[[st
     """Run the build in a fresh interpreter whose OpenMP settings are fixed before torch loads."""
     env = {**os.environ, "OMP_NUM_THREADS": str(recipe.threads), "OMP_WAIT_POLICY": "PASSIVE",
            "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "eagle_assets.tiny_verifier", str(out_dir), json.dumps(asdict(recipe))]
+    cmd = [sys.executable, "-m", "eagle_assets.tiny_verifier", str(out_dir), recipe.kind, json.dumps(asdict(recipe))]
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
         lines = []
         for line in child.stdout:

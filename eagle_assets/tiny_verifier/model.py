@@ -1,4 +1,5 @@
-"""The tiny verifier's network: a Qwen3 causal LM trained with plain torch on CPU."""
+"""The tiny verifiers' networks, trained with plain torch on CPU: tiny-qwen3's Qwen3 config here,
+tiny-kimi's DeepSeek-V3 config in :mod:`eagle_assets.tiny_verifier.kimi`; one training loop for both."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel, Qwen3Config
 
 from eagle_assets.tiny_verifier.recipe import TinyVerifierRecipe
 
@@ -65,14 +66,15 @@ def _batches(rows: list[tuple[list[int], list[int]]], batch_size: int, pad_id: i
 
 
 def train_model(
-    config: Qwen3Config,
+    config: PreTrainedConfig,
     rows: list[tuple[list[int], list[int]]],
     recipe: TinyVerifierRecipe,
     log: Callable[[str], None] = print,
-) -> Qwen3ForCausalLM:
-    """AdamW with warmup and cosine decay; loss only on completion tokens (mask 1)."""
+) -> PreTrainedModel:
+    """The causal LM of ``config``, trained by AdamW with warmup and cosine decay; loss only on
+    completion tokens (mask 1)."""
     torch.manual_seed(recipe.seed)
-    model = Qwen3ForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     model.train()
     optim = torch.optim.AdamW(
         model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.95),

@@ -1,9 +1,11 @@
-"""The tiny verifier's tokenizer: byte-level BPE trained on the task text, ChatML special tokens and
-the Qwen3-style reasoning chat template (``chat_template.jinja`` beside this file)."""
+"""The tiny verifiers' tokenizer: byte-level BPE trained on the task text, plus a chat markup: its
+special tokens, think tags and chat template (a ``.jinja`` file beside this one). Qwen3's ChatML for
+the default verifier, Kimi-K2.5's ``<|im_user|>``/``<|im_assistant|>`` markup for tiny-kimi."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -11,25 +13,43 @@ from transformers import PreTrainedTokenizerFast
 
 from eagle_assets.tiny_verifier.corpus import Conversation
 
-PAD = "<|endoftext|>"
-IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 THINK_START = "<think>"
 THINK_END = "</think>"
-# ChatML markers are special (dropped by skip_special_tokens); the think tags are plain added tokens
-# so decoded text keeps them and vLLM's qwen3 reasoning parser can split on them.
-SPECIAL_TOKENS = (PAD, IM_START, IM_END)
-THINK_TOKENS = (THINK_START, THINK_END)
+
+
+@dataclass(frozen=True)
+class ChatMarkup:
+    """A chat format. Its markers are special tokens (dropped by skip_special_tokens); the think tags
+    are plain added tokens, so decoded text keeps them and vLLM's reasoning parsers (qwen3, kimi_k2:
+    both split on ``<think>``/``</think>``) see them as text and as single token ids."""
+
+    special_tokens: tuple[str, ...]
+    eos: str
+    pad: str
+    template_file: str
+    think_tokens: tuple[str, str] = (THINK_START, THINK_END)
+
+    @property
+    def chat_template(self) -> str:
+        return Path(__file__).with_name(self.template_file).read_text()
+
+
+QWEN_MARKUP = ChatMarkup(special_tokens=("<|endoftext|>", "<|im_start|>", IM_END), eos=IM_END,
+                         pad="<|endoftext|>", template_file="chat_template.jinja")
+# Kimi-K2.5's role markers and media tokens (the wrapper's config names <|media_pad|> as its image token).
+KIMI_MARKUP = ChatMarkup(
+    special_tokens=("[PAD]", IM_END, "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+                    "<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>"),
+    eos=IM_END, pad="[PAD]", template_file="kimi_chat_template.jinja",
+)
 
 # GPT-2's split pattern with one digit per piece (as Qwen's tokenizers split numbers), keeping the
 # leading space on the digit: " 85" -> " 8", "5". Numbers stay digit-wise learnable and short.
 SPLIT_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
-CHAT_TEMPLATE = Path(__file__).with_name("chat_template.jinja").read_text()
-
-
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train byte-level BPE on ``texts`` and wrap it as a transformers tokenizer with the template."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int, markup: ChatMarkup = QWEN_MARKUP) -> PreTrainedTokenizerFast:
+    """Train byte-level BPE on ``texts`` and wrap it as a transformers tokenizer with the markup's template."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -41,18 +61,18 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS + THINK_TOKENS),
+        special_tokens=[*markup.special_tokens, *markup.think_tokens],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte is encodable: no <unk>
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in markup.special_tokens])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in markup.think_tokens])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        eos_token=IM_END,
-        pad_token=PAD,
-        chat_template=CHAT_TEMPLATE,
+        eos_token=markup.eos,
+        pad_token=markup.pad,
+        chat_template=markup.chat_template,
         model_max_length=1 << 20,
         clean_up_tokenization_spaces=False,
     )

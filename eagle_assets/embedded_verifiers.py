@@ -1,0 +1,55 @@
+"""The embedded verifiers by name, and the resource settings that serve and read each one consistently.
+
+``tiny-qwen3`` (the default) is served with the qwen3 reasoning parser and read by the ``transformers``
+backend; ``tiny-kimi`` (Kimi-K2.5's shape) with ``kimi_k2`` and the ``kimi`` backend, its vision
+inputs limited to 0 (the checkpoint has no vision tower, as a text-only Kimi-K2.5 server needs none).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_EMBEDDED = "tiny-qwen3"
+
+
+@dataclass(frozen=True)
+class EmbeddedVerifier:
+    name: str
+    backend: str
+    reasoning_parser: str
+    # vLLM arguments the model cannot be served without.
+    serve_args: tuple[str, ...] = ()
+
+    def path(self) -> Path:
+        from eagle_assets.tiny_verifier import cached_embedded_verifier
+
+        return cached_embedded_verifier(self.name)
+
+
+EMBEDDED_VERIFIERS = {
+    v.name: v for v in (
+        EmbeddedVerifier("tiny-qwen3", backend="transformers", reasoning_parser="qwen3"),
+        EmbeddedVerifier("tiny-kimi", backend="kimi", reasoning_parser="kimi_k2",
+                         serve_args=("--limit-mm-per-prompt", json.dumps({"vision_chunk": 0}))),
+    )
+}
+
+
+def embedded_verifier(name: str) -> EmbeddedVerifier:
+    if name not in EMBEDDED_VERIFIERS:
+        raise ValueError(f"unknown embedded verifier {name!r}: choose one of {', '.join(EMBEDDED_VERIFIERS)}")
+    return EMBEDDED_VERIFIERS[name]
+
+
+def embedded_resources(name: str, **server_settings) -> dict:
+    """The ``verifier`` and ``vllm_server`` resources for the embedded verifier ``name``: the same model,
+    its backend and its reasoning parser (``server_settings`` are further VLLMServer fields, e.g. port)."""
+    from eagle_assets.resources import Verifier, VLLMServer
+
+    preset = embedded_verifier(name)
+    return {
+        "verifier": Verifier(embedded=name, backend=preset.backend),
+        "vllm_server": VLLMServer(embedded=name, reasoning_parser=preset.reasoning_parser, **server_settings),
+    }
