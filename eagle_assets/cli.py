@@ -40,13 +40,19 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable
 @app.command("tiny-verifier")
 def tiny_verifier(
     path: Path = typer.Argument(None, help="Copy the model folder here (must not exist yet). Omit to only print the cache path."),
+    kind: str = typer.Option("tiny-qwen3", "--kind", help="Which embedded verifier: tiny-qwen3 (Qwen3) or tiny-kimi "
+                             "(Kimi-K2.5-shaped: DeepSeek-V3 MLA + experts in a kimi_k25 wrapper)."),
 ) -> None:
-    """Build (or reuse from the cache) the embedded tiny Qwen3 reasoning verifier and print its folder."""
+    """Build (or reuse from the cache) an embedded tiny reasoning verifier and print its folder."""
     import shutil
 
-    from eagle_assets.tiny_verifier import cached_tiny_verifier
+    from eagle_assets.tiny_verifier import cached_embedded_verifier
 
-    cached = cached_tiny_verifier(log=lambda line: typer.echo(line, err=True))
+    try:
+        cached = cached_embedded_verifier(kind, log=lambda line: typer.echo(line, err=True))
+    except ValueError as exc:
+        typer.echo(f"--kind: {exc}", err=True)
+        raise typer.Exit(2) from None
     if path is None:
         typer.echo(str(cached))
         return
@@ -62,6 +68,8 @@ def demo(
     partition: str = typer.Option("demo", help="Dataset source (partition) to run the graph on."),
     port: int = typer.Option(0, help="Port of the demo's vLLM server (the evaluation's speculating server "
                              "takes the next one); 0 = the vllm_server resource's default."),
+    verifier: str = typer.Option("tiny-qwen3", help="Embedded verifier: tiny-qwen3 or tiny-kimi (Kimi-K2.5-shaped, "
+                                 "served with the kimi_k2 reasoning parser, read by the kimi backend)."),
 ) -> None:
     """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
 
@@ -71,7 +79,7 @@ def demo(
 
     from eagle_assets.definitions import build_definitions
     from eagle_assets.demo import outcome, run_demo, summarize
-    from eagle_assets.resources import VLLMServer
+    from eagle_assets.embedded_verifiers import embedded_resources
 
     def report(result) -> None:
         typer.echo(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
@@ -80,7 +88,7 @@ def demo(
 
     with dg.DagsterInstance.get() as instance:
         try:
-            overrides = {"vllm_server": VLLMServer(port=port)} if port else None
+            overrides = embedded_resources(verifier, **({"port": port} if port else {}))
             results = run_demo(build_definitions(overrides), instance, partition, report)
         except ValueError as exc:
             typer.echo(str(exc), err=True)

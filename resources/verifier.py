@@ -20,8 +20,13 @@ class Verifier(dg.ConfigurableResource):
 
     model_path: str = Field(
         default="",
-        description="Hugging Face model folder of the verifier; empty = the embedded tiny verifier "
-        "(built and cached on first use).",
+        description="Hugging Face model folder of the verifier; empty = the embedded verifier named by "
+        "`embedded` (built and cached on first use).",
+    )
+    embedded: str = Field(
+        default="tiny-qwen3",
+        description="The embedded verifier used when model_path is empty: tiny-qwen3 (backend transformers) or "
+        "tiny-kimi (Kimi-K2.5-shaped; backend kimi, and the server's reasoning parser kimi_k2).",
     )
     backend: str = Field(
         default="transformers",
@@ -63,9 +68,9 @@ class Verifier(dg.ConfigurableResource):
                     "(or leave it empty for the embedded tiny verifier)"
                 )
             return path
-        from eagle_assets.tiny_verifier import cached_tiny_verifier
+        from eagle_assets.embedded_verifiers import embedded_verifier
 
-        return Path(cached_tiny_verifier())
+        return embedded_verifier(self.embedded).path()
 
     def get_backend(self) -> VerifierBackend:
         from eagle_assets.plugin_manager import verifier_backend

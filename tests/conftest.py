@@ -30,18 +30,23 @@ def tiny_verifier():
 VLLM_TEST_PORTS = range(8300, 8350)
 
 
+def _free_port(ports: range) -> int:
+    from eagle_assets.resources.server_process import port_in_use
+
+    port = next((p for p in ports if not port_in_use("127.0.0.1", p)), None)
+    if port is None:
+        pytest.fail(f"no free port for a test vLLM server in {ports}")
+    return port
+
+
 @pytest.fixture(scope="session")
 def vllm_server_config(tiny_verifier, tmp_path_factory):
     """The VLLMServer resource of the session's test server (tiny verifier, small CPU KV cache)."""
     from eagle_assets.resources import VLLMServer
-    from eagle_assets.resources.server_process import port_in_use
 
-    port = next((p for p in VLLM_TEST_PORTS if not port_in_use("127.0.0.1", p)), None)
-    if port is None:
-        pytest.fail(f"no free port for the test vLLM server in {VLLM_TEST_PORTS}")
     return VLLMServer(
         model=str(tiny_verifier),
-        port=port,
+        port=_free_port(VLLM_TEST_PORTS),
         max_model_len=16384,  # the tiny verifier's own limit: room for max_tokens 8192
         max_num_seqs=256,
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
@@ -54,4 +59,33 @@ def vllm_server_config(tiny_verifier, tmp_path_factory):
 def vllm_server_urls(vllm_server_config):
     """ONE real vLLM server on the tiny verifier for the whole run, started by the resource; its base URLs."""
     with vllm_server_config.serve() as urls:
+        yield urls
+
+
+@pytest.fixture(scope="session")
+def tiny_kimi():
+    """tiny-kimi's model folder (the Kimi-K2.5-shaped embedded verifier; built once per recipe, then reused)."""
+    from eagle_assets.tiny_verifier import cached_tiny_kimi
+
+    return cached_tiny_kimi()
+
+
+KIMI_TEST_PORTS = range(8350, 8400)
+
+
+@pytest.fixture(scope="session")
+def kimi_server_config(tiny_kimi, tmp_path_factory):
+    """The VLLMServer resource serving tiny-kimi as the demo does (kimi_k2 parser, vision inputs off)."""
+    from eagle_assets.embedded_verifiers import embedded_resources
+
+    return embedded_resources(
+        "tiny-kimi", port=_free_port(KIMI_TEST_PORTS), max_model_len=16384, max_num_seqs=256,
+        state_dir=str(tmp_path_factory.mktemp("kimi-vllm-state")), stop_grace_s=20.0,
+    )["vllm_server"]
+
+
+@pytest.fixture(scope="session")
+def kimi_server_urls(kimi_server_config):
+    """ONE real vLLM server on tiny-kimi for the whole run (started on first use); its base URLs."""
+    with kimi_server_config.serve() as urls:
         yield urls

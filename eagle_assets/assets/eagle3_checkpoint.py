@@ -103,6 +103,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         ``training.json`` (settings, data, metrics) and ``lineage.json``. Best epoch by validation loss.
         """
         from eagle_assets.training import runner
+        from eagle_assets.training.verifier_folder import training_verifier
         from eagle_assets.training.vocab import DraftVocabError, build_draft_vocab
 
         started = time.monotonic()
@@ -136,7 +137,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             raise dg.Failure(str(err)) from err
         context.log.info(f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering "
                          f"{vocab.coverage:.1%} of supervised tokens")
-        run = runner.train(data, vocab, str(model_path), settings, work, context.log)
+        # A nested (Kimi-K2.5) config is resolved into a plain decoder folder speculators can read.
+        trained_against = training_verifier(backend, model_path, work)
+        run = runner.train(data, vocab, str(trained_against), settings, work, context.log)
         summary = run.summary
         training = {
             "settings": settings.model_dump(),
