@@ -98,9 +98,10 @@ def content_hash(samples: pa.Table) -> str:
 class ShardWriter:
     """Buffers rows and hands full buffers to a background thread that writes one shard each.
 
-    ``add`` is cheap (a list append). A buffer is flushed when it reaches ``rows_per_shard`` or when
-    :meth:`flush_if_stale` finds it older than ``max_age_s`` — the bound on work a kill can lose.
-    Errors of the writer thread surface on the next call.
+    ``add`` is cheap (a list append). A buffer is flushed when it reaches ``rows_per_shard`` or is
+    older than ``max_age_s``, whichever comes first — checked on every ``add`` and by
+    :meth:`flush_if_stale` (the capture's ticker, for quiet stretches) — so a kill loses at most
+    ``max_age_s`` seconds of answered rows. Errors of the writer thread surface on the next call.
     """
 
     def __init__(self, folder: Path, rows_per_shard: int = 256, max_age_s: float = 60.0):
@@ -127,7 +128,8 @@ class ShardWriter:
                 self._buffer_since = time.monotonic()
             self._buffer.append(row)
             full = len(self._buffer) >= self.rows_per_shard
-        if full:
+            stale = time.monotonic() - self._buffer_since >= self.max_age_s
+        if full or stale:
             self.flush()
 
     def flush_if_stale(self) -> None:

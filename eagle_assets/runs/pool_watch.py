@@ -25,6 +25,10 @@ from dagster._utils.interrupts import check_captured_interrupt
 from eagle_assets.runs.reconcile import IN_PROGRESS, reconcile_dead_runs
 from eagle_assets.runs.worker import HOST_TAG, PID_TAG, check_worker, host_name
 
+# A wait on a pool longer than this (seconds) is reported, and again as often while it lasts.
+REPORT_AFTER_ENV = "EAGLE_ASSETS_POOL_WAIT_REPORT_S"
+DEFAULT_REPORT_AFTER_S = 60.0
+
 
 def short_duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
@@ -61,8 +65,10 @@ def describe_holder(instance: dg.DagsterInstance, run_id: str, step_key: str) ->
 class PoolWaitWatcher:
     """``with PoolWaitWatcher(instance, log): <execute runs in this process>``."""
 
-    def __init__(self, instance: dg.DagsterInstance, log, after_s: float = 60.0, poll_s: float = 2.0,
+    def __init__(self, instance: dg.DagsterInstance, log, after_s: float | None = None, poll_s: float = 2.0,
                  interrupt_main: bool = False):
+        if after_s is None:
+            after_s = float(os.environ.get(REPORT_AFTER_ENV, DEFAULT_REPORT_AFTER_S))
         self.instance, self.log, self.after_s, self.poll_s = instance, log, after_s, poll_s
         self.interrupt_main = interrupt_main
         self.interrupted = False
