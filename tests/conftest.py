@@ -49,7 +49,8 @@ def vllm_server_config(tiny_verifier, tmp_path_factory):
         port=_free_port(VLLM_TEST_PORTS),
         max_model_len=16384,  # the tiny verifier's own limit: room for max_tokens 8192
         max_num_seqs=256,
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        # Dev mode serves /server_info, where vLLM names the draft it speculates with (none here).
+        env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"},
         state_dir=str(tmp_path_factory.mktemp("vllm-state")),
         stop_grace_s=20.0,
     )

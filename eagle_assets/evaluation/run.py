@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_assets.evaluation.served import ServedRun, run_greedy
+from eagle_assets.evaluation.served import ServedDraftError, ServedRun, confirm_serves_checkpoint, run_greedy
 from eagle_assets.evaluation.simulated import GreedySample, SimulatedAcceptance, load_draft, simulate
 from eagle_assets.generation.engine import PromptRequest
 from eagle_assets.resources import Verifier, VLLMServer
@@ -153,6 +153,11 @@ def evaluate(
         log(f"vllm_server mode {server.mode!r}: the server must already serve {checkpoint} as its eagle3 draft")
     ood = None
     with speculating.serve(log=logger) as urls:
+        if not managed:
+            try:
+                confirm_serves_checkpoint(urls, checkpoint, num_speculative_tokens, server.api_key())
+            except ServedDraftError as exc:
+                raise EvaluationError(f"refusing to evaluate {checkpoint} on that server: {exc}") from None
         served = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
         _check_speculating(served, urls, "held-out")
         log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "

@@ -19,6 +19,56 @@ from eagle_assets.generation.engine import CaptureEngine, ClientSettings, Prompt
 from eagle_assets.generation.progress import Progress, report_every
 
 GREEDY = dict(temperature=0.0, top_p=1.0)
+# vLLM 0.32 names the draft it serves only in its engine config at /server_info, which it serves with
+# VLLM_SERVER_DEV_MODE=1; /v1/models lists the verifier alone and /metrics only counts drafts.
+SERVER_INFO = "/server_info?config_format=json"
+
+
+class ServedDraftError(RuntimeError):
+    """The server cannot be shown to speculate with the checkpoint under evaluation."""
+
+
+def served_speculative_config(base_url: str, api_key: str | None = None) -> dict | None:
+    """The ``speculative_config`` the vLLM server at ``base_url`` runs with (None: it speculates with
+    nothing), read from its ``/server_info``; raises :class:`ServedDraftError` when it does not say."""
+    import httpx
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{root}{SERVER_INFO}", headers=headers, timeout=30.0)
+    except httpx.HTTPError as exc:
+        raise ServedDraftError(f"{root}/server_info could not be read ({exc!r})") from None
+    if response.status_code == 404:
+        raise ServedDraftError(
+            f"the server at {base_url} does not report which draft it serves: vLLM shows its speculative config "
+            "only at /server_info, served with VLLM_SERVER_DEV_MODE=1 in the server's environment. Restart it "
+            "so, or let eagle3_eval start its own server (vllm_server mode 'managed')")
+    response.raise_for_status()
+    config = response.json().get("vllm_config") or {}
+    return config.get("speculative_config") if isinstance(config, dict) else None
+
+
+def confirm_serves_checkpoint(base_urls: Sequence[str], checkpoint, num_speculative_tokens: int,
+                              api_key: str | None = None) -> None:
+    """Refuse (:class:`ServedDraftError`) unless every server speculates with ``checkpoint`` as its
+    eagle3 draft and ``num_speculative_tokens`` tokens. A folder elsewhere counts when it has the same
+    name: kept checkpoints are named by their content hash."""
+    from pathlib import Path
+
+    checkpoint = Path(checkpoint)
+    for url in base_urls:
+        spec = served_speculative_config(url, api_key)
+        if not spec:
+            raise ServedDraftError(f"the server at {url} serves no speculative draft; start it with --speculative-config "
+                                   f"'{{\"method\": \"eagle3\", \"model\": \"{checkpoint}\", "
+                                   f"\"num_speculative_tokens\": {num_speculative_tokens}}}'")
+        model = str(spec.get("model") or "")
+        same = model and (Path(model).resolve() == checkpoint.resolve() or Path(model).name == checkpoint.name)
+        found = f"method {spec.get('method')!r}, model {model!r}, K {spec.get('num_speculative_tokens')}"
+        if not same or spec.get("method") != "eagle3" or spec.get("num_speculative_tokens") != num_speculative_tokens:
+            raise ServedDraftError(f"the server at {url} speculates with {found}, not this checkpoint "
+                                   f"({checkpoint}, eagle3, K {num_speculative_tokens}): restart it with that draft")
 
 
 @dataclass
