@@ -65,6 +65,9 @@ class EngineSettings:
     trust_remote_code: bool = False
     dtype: str = "bfloat16"
     feature_dtype: str = "bfloat16"
+    # No torch.compile / CUDA graphs: every request is one prefill of a new length, which graphs do
+    # not serve, and start-up drops by the compile time (NVIDIA ModelOpt extracts Kimi-K2.5 eager too).
+    enforce_eager: bool = True
     # More ``vllm.LLM`` keyword arguments (e.g. ``limit_mm_per_prompt`` for multimodal wrappers).
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -77,6 +80,7 @@ class EngineSettings:
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "trust_remote_code": self.trust_remote_code,
             "dtype": self.dtype,
+            "enforce_eager": self.enforce_eager,
             "speculative_config": speculative_config(layer_ids),
             "kv_transfer_config": kv_transfer_config(scratch, self.feature_dtype),
             "enable_chunked_prefill": False,
