@@ -25,7 +25,9 @@ DEMO_OPS = {
     # accuracy per TTT step after 3 epochs): lr 1e-3 / 1024-token rows 0.69/0.50/0.37, lr 3e-3 / 1024
     # 0.94/0.89/0.84, lr 3e-3 / 512 the same after 2 epochs. The defaults fit production verifiers
     # (8K+ rows, a 32K draft vocabulary, speculators' lr) and would take few, large steps here.
-    "eagle3_checkpoint": {"config": {"total_seq_len": 512, "draft_vocab_size": 256, "lr": 3e-3}},
+    # Its learned check's floor: this recipe reaches 0.94 first-proposal accuracy; 0.8 leaves room.
+    "eagle3_checkpoint": {"config": {"total_seq_len": 512, "draft_vocab_size": 256, "lr": 3e-3,
+                                     "min_val_accuracy": 0.8}},
     # The demo's promise, checked by eagle3_eval's floor check: τ >= 3.5 at K = 3 on held-out prompts.
     "eagle3_eval": {"config": {"min_acceptance_length": 3.5}},
 }

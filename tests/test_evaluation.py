@@ -155,6 +155,7 @@ def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_fact
     from eagle_assets.assets import (
         eagle3_checkpoint, eagle3_eval, hidden_states, prompts, reasoning_samples, token_sequences,
     )
+    from eagle_assets.demo import DEMO_OPS
     from eagle_assets.partitions import source_partitions
     from eagle_assets.resources import StorageRoot, Verifier
 
@@ -178,7 +179,10 @@ def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_fact
         assert dg.materialize(defs, selection=["prompts"], partition_key="demo_ood", instance=instance,
                               resources=resources).success
         trained = dg.materialize(defs, selection=["eagle3_checkpoint"], instance=instance, resources=resources,
-                                 run_config={"ops": {"eagle3_checkpoint": {"config": {"epochs": 3, "lr": 0.003}}}})
+                                 # The demo's recipe on a third of its prompts: the default accuracy floor.
+                                 run_config={"ops": {"eagle3_checkpoint": {"config": {
+                                     **DEMO_OPS["eagle3_checkpoint"]["config"], "epochs": 3,
+                                     "min_val_accuracy": eagle3_checkpoint.MIN_VAL_ACCURACY}}}})
         assert trained.success
         result = dg.materialize(
             defs, selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance, resources=resources,
@@ -238,3 +242,20 @@ def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
     assert not {r["prompt_id"] for r in rows} & evaluated_ids
     assert not {r["group_id"] for r in rows} & {prompts[p]["group_id"] for p in report["prompt_ids"]}
     assert meta["excluded_trained"] == 0  # nothing was re-split after training here
+
+
+@pytest.mark.integration
+def test_eval_refuses_an_external_server_that_does_not_serve_the_checkpoint(vllm_server_config, vllm_server_urls,
+                                                                             tmp_path):
+    """The session's server speculates with nothing: eagle3_eval's path refuses before sending a request,
+    naming the fix. Its engine config (/server_info, dev mode on in the session server) says so."""
+    from eagle_assets.evaluation.run import EvaluationError, evaluate, replaced
+    from eagle_assets.evaluation.served import served_speculative_config
+    from eagle_assets.generation.engine import PromptRequest
+
+    assert served_speculative_config(vllm_server_urls[0]) is None
+    external = replaced(vllm_server_config, mode="external", base_urls=list(vllm_server_urls))
+    checkpoint = tmp_path / "0123456789abcdef"
+    request = PromptRequest("p0", [{"role": "user", "content": "What is 2 + 3?"}], "heldout")
+    with pytest.raises(EvaluationError, match="serves no speculative draft; start it with --speculative-config"):
+        evaluate(checkpoint, [request], external, None)

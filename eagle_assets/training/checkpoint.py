@@ -64,6 +64,59 @@ def load_with_speculators(folder: Path):
     return SpeculatorModel.from_pretrained(str(folder))
 
 
+def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> tuple[list[str], dict]:
+    """(problems, facts) of the checkpoint loaded by speculators (verifier weights too): an EAGLE-3
+    draft, every saved tensor finite and loaded as saved, no draft weight missing from the file, vocab
+    maps that fit ``draft_vocab_size`` and the verifier's vocabulary, and a forward pass on a tiny
+    random batch that proposes ``num_speculative_tokens`` verifier-vocabulary tokens per position."""
+    import torch
+    from safetensors.torch import load_file
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    from eagle_assets.evaluation.simulated import draft_proposals, load_draft
+
+    try:
+        model = load_draft(folder, device="cpu")
+    except Exception as exc:  # noqa: BLE001 - whatever speculators raises is the check's finding
+        return [f"speculators could not load {folder}: {type(exc).__name__}: {exc}"], {}
+    config = model.config
+    problems = []
+    if not isinstance(model, Eagle3DraftModel) or config.speculators_model_type != "eagle3":
+        problems.append(f"loaded as {type(model).__name__} ({config.speculators_model_type!r}), not an eagle3 draft")
+    saved = load_file(str(Path(folder) / "model.safetensors"))
+    state = model.state_dict()
+    missing = sorted(set(state) - set(saved) - set(model._keys_to_ignore_on_save))  # noqa: SLF001
+    if missing:
+        problems.append(f"model.safetensors lacks draft weights {missing[:6]}")
+    nonfinite = sorted(k for k, v in saved.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    if nonfinite:
+        problems.append(f"non-finite values in {nonfinite[:6]}")
+    differ = sorted(k for k, v in saved.items() if k in state and not torch.equal(state[k].to(v.dtype), v))
+    if differ:
+        problems.append(f"the loaded model's {differ[:6]} differ from model.safetensors: not loaded as saved")
+    draft_vocab, verifier_vocab = config.draft_vocab_size, model.verifier_vocab_size
+    if model.use_draft_vocab:
+        if tuple(model.d2t.shape) != (draft_vocab,) or tuple(model.t2d.shape) != (verifier_vocab,):
+            problems.append(f"d2t {list(model.d2t.shape)} / t2d {list(model.t2d.shape)} do not fit draft vocab "
+                            f"{draft_vocab} / verifier vocab {verifier_vocab}")
+        elif int(model.t2d.sum()) != draft_vocab:
+            problems.append(f"t2d marks {int(model.t2d.sum())} tokens, draft_vocab_size is {draft_vocab}")
+    generator = torch.Generator().manual_seed(0)
+    seq, aux = 8, len(config.eagle_aux_hidden_state_layer_ids)
+    ids = torch.randint(0, verifier_vocab, (seq,), generator=generator)
+    states = torch.randn(seq, aux + 1, config.transformer_layer_config.hidden_size, generator=generator)
+    proposals = draft_proposals(model, ids, states, num_speculative_tokens)
+    if tuple(proposals.shape) != (seq - 1, num_speculative_tokens):
+        problems.append(f"a forward on {seq} tokens proposed shape {list(proposals.shape)}, expected "
+                        f"[{seq - 1}, {num_speculative_tokens}]")
+    elif int(proposals.min()) < 0 or int(proposals.max()) >= verifier_vocab:
+        problems.append(f"a forward proposed token ids outside the verifier's vocabulary 0..{verifier_vocab - 1}")
+    facts = {"model_class": type(model).__name__, "tensors": len(saved), "draft_vocab_size": draft_vocab,
+             "verifier_vocab_size": verifier_vocab,
+             "draft_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    return problems, facts
+
+
 def _vocab_maps(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     from safetensors import safe_open
 

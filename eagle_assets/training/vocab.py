@@ -28,6 +28,9 @@ class DraftVocab:
     size: int
     distinct_supervised_tokens: int
     coverage: float  # fraction of supervised tokens inside the draft vocabulary
+    # Share of the most frequent supervised token: the accuracy a draft reaches by always proposing it,
+    # having learned nothing from the verifier's states (the floor a trained draft must clear).
+    top_token_share: float
 
 
 def load_token_frequencies(data_dir: Path) -> dict[int, int]:
@@ -76,4 +79,4 @@ def build_draft_vocab(data_dir: Path, draft_vocab_size: int, target_vocab_size: 
             with open(tmp, "wb") as fh:
                 np.save(fh, array)
         paths.append(final)
-    return DraftVocab(paths[0], paths[1], draft_vocab_size, len(freqs), coverage)
+    return DraftVocab(paths[0], paths[1], draft_vocab_size, len(freqs), coverage, max(freqs.values()) / total)
