@@ -39,7 +39,12 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
     assert {"config.json", "model.safetensors", "lineage.json"} <= {p.name for p in checkpoint.iterdir()}
     tau = float(_value(output, "acceptance_length"))
     # vLLM-measured at K=3 on in-distribution held-out prompts: the recipe's target for the tiny verifier is 3.5.
-    assert 3.5 <= tau <= 4.0
+    assert tau >= 3.5
+    # The same draft simulated offline on the same greedy outputs (the verifier's hidden states, speculators'
+    # forward) agrees with vLLM: measured 3.664 vs 3.652, 3.729 vs 3.717, 1.361 vs 1.384. A server running
+    # another draft, or features taken at the wrong layers, would not.
+    simulated = float(re.findall(r"^acceptance_length=.*\n.*simulated (\d+\.\d+)", output, flags=re.MULTILINE)[-1])
+    assert abs(tau - simulated) <= 0.25, (tau, simulated)
     # The out-of-distribution set (demo_ood), measured the same way beside it: no floor, only a real number
     # (1 = nothing accepted, 4 = everything at K=3).
     ood = float(_value(output, "ood_acceptance_length"))
