@@ -2,6 +2,7 @@
 
     python benchmarks/hidden_states_gpu.py            # one GPU: Llama-3.1-8B shape, rows of 512-2048 tokens
     python benchmarks/hidden_states_gpu.py --tiny     # CPU smoke run of the same code, tiny shape
+    python benchmarks/hidden_states_gpu.py --dtype fp8   # + the extractor writing fp8 files, same job
 
 The verifier is built from the Llama-3.1-8B config with random bf16 weights (nothing downloaded);
 the captured layers are EAGLE-3's defaults [2, 16, 29] plus the pre-norm final state. Rows have mixed
@@ -15,6 +16,11 @@ the model's final norm first); the script exits 1 if they differ beyond bf16 tol
 Printed: tokens/s of both (median and spread over repeats), model FLOP utilisation against a bf16 matmul
 peak measured in this job and against the GPU's dense bf16 datasheet figure, the forward-only ceiling,
 and the ratio against the naive per-sample ``output_hidden_states=True`` loop.
+
+``--dtype fp8`` adds a third path to every repeat: the same extractor storing hs-connectors' FP8 format
+(quantized on the device, half the bytes copied and written). Its dequantized tensors are compared with the
+bf16 path's (worst per-token cosine), and ``fp8_vs_bf16_extract_ratio`` = median fp8 tok/s / median bf16
+tok/s is printed with both rates and bytes per token.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ def _import_project() -> None:
 
 _import_project()
 
-from eagle_assets.hidden_state_files import SampleWriter, content_id, relative_path  # noqa: E402
+from eagle_assets.hidden_state_files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
 from eagle_assets.plugins.transformers_backend import HiddenStateExtractor  # noqa: E402
 
 LLAMA_31_8B = dict(
@@ -130,8 +136,20 @@ class CollectingSink:
         self._lock = threading.Lock()
 
     def __call__(self, sample) -> None:
+        tensors = {"hidden_states": sample.hidden_states.cpu()}
+        if sample.scales is not None:  # fp8 from the extractor: compared after hs-connectors' dequantization
+            tensors["hidden_states_scales"] = sample.scales.cpu()
         with self._lock:
-            self.samples[sample.key] = sample.hidden_states.float().cpu()
+            self.samples[sample.key] = dequantized(tensors)["hidden_states"].float()
+
+
+def fp8_agreement(bf16_extractor, fp8_extractor, sequences) -> float:
+    """Worst per-token cosine similarity between the fp8 path's dequantized states and the bf16 path's."""
+    bf16, fp8 = CollectingSink(), CollectingSink()
+    bf16_extractor.run(sequences, bf16)
+    fp8_extractor.run(sequences, fp8)
+    return min(torch.nn.functional.cosine_similarity(fp8.samples[k], bf16.samples[k], dim=-1).min().item()
+               for k, _ in sequences)
 
 
 def compare_paths(model, extractor, sequences, layer_ids, device) -> dict:
@@ -204,6 +222,8 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs of both paths")
     parser.add_argument("--out", default=None, help="write-and-delete folder (default: a temp dir)")
+    parser.add_argument("--dtype", choices=["bfloat16", "fp8"], default="bfloat16",
+                        help="fp8: also time the extractor writing fp8 files (hs-connectors' format), same job")
     args = parser.parse_args()
 
     from transformers import LlamaConfig
@@ -241,6 +261,14 @@ def main() -> None:
     naive_loop(model, warmup[:1], layer_ids, DeletingWriter(folder, len(layer_ids), config.hidden_size), device)
     equivalence = compare_paths(model, extractor, check, layer_ids, device)
     print(f"equivalence: {equivalence}", flush=True)
+    fp8_extractor = None
+    if args.dtype == "fp8":
+        fp8_extractor = HiddenStateExtractor(model, n, config.hidden_size, layer_ids, batch_tokens=batch_tokens,
+                                             feature_dtype="fp8")
+        fp8_extractor.run(warmup, DeletingWriter(folder, len(layer_ids), config.hidden_size, "fp8"))
+        fp8_cosine = fp8_agreement(extractor, fp8_extractor, check)
+        print(f"fp8 min_token_cosine vs bf16: {fp8_cosine:.5f}", flush=True)
+    fp8_rates, fp8_bytes_per_token = [], []
 
     uniform = [(k, ids[:low]) for k, ids in timed_sets[0]]  # forward-only ceiling at the shortest length
     fwd = forward_only(model, uniform, max(1, batch_tokens // low), device)
@@ -250,13 +278,27 @@ def main() -> None:
     for repeat, timed_rows in enumerate(timed_sets):
         tokens = sum(len(ids) for _, ids in timed_rows)
         flops = sum(row_flops(model, config, len(ids)) for _, ids in timed_rows)
-        sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
-        seconds = timed(lambda: extractor.run(timed_rows, sink), device)
-        fast_rates.append(tokens / seconds)
-        fast_mfu.append(flops / seconds)
-        written = sum(w.bytes for w in sink.written.values())
-        written_rates.append(written / seconds)
-        bytes_per_token.append(written / tokens)
+
+        def bf16_run():
+            sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
+            seconds = timed(lambda: extractor.run(timed_rows, sink), device)
+            fast_rates.append(tokens / seconds)
+            fast_mfu.append(flops / seconds)
+            written = sum(w.bytes for w in sink.written.values())
+            written_rates.append(written / seconds)
+            bytes_per_token.append(written / tokens)
+
+        def fp8_run():
+            fp8_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size, "fp8")
+            fp8_seconds = timed(lambda: fp8_extractor.run(timed_rows, fp8_sink), device)
+            fp8_rates.append(tokens / fp8_seconds)
+            fp8_bytes_per_token.append(sum(w.bytes for w in fp8_sink.written.values()) / tokens)
+            print(f"repeat {repeat + 1}: extract fp8 {fp8_rates[-1]:.0f} tok/s", flush=True)
+
+        # bf16 and fp8 take turns going first, so neither always meets a cold or a warm machine.
+        order = [bf16_run] if fp8_extractor is None else [bf16_run, fp8_run][:: 1 if repeat % 2 == 0 else -1]
+        for run in order:
+            run()
         naive_rows = timed_rows[:naive_samples]
         naive_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
         naive_s = timed(lambda: naive_loop(model, naive_rows, layer_ids, naive_sink, device), device)
@@ -281,13 +323,22 @@ def main() -> None:
         "speedup_vs_naive": round(med(fast_rates) / med(naive_rates), 2),
         "written_gb_per_s": round(med(written_rates) / 1e9, 3), "bytes_per_token": round(med(bytes_per_token)),
     }
+    if fp8_rates:
+        result.update({
+            "fp8_min_token_cosine": round(fp8_cosine, 5),
+            "extract_fp8_tok_s": round(med(fp8_rates)), "extract_fp8_tok_s_spread": round(spread(fp8_rates), 3),
+            "extract_fp8_runs_tok_s": [round(r) for r in fp8_rates],
+            "fp8_bytes_per_token": round(med(fp8_bytes_per_token)),
+            "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes_per_token) / med(bytes_per_token), 4),
+            "fp8_vs_bf16_extract_ratio": round(med(fp8_rates) / med(fast_rates), 3),
+        })
     if datasheet:
         result["extract_mfu_datasheet"] = round(med(fast_mfu) / datasheet, 3)
         result["naive_mfu_datasheet"] = round(med(naive_mfu) / datasheet, 3)
     for key, value in result.items():
         print(f"{key:>28}: {value}")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}.json").write_text(json.dumps(result, indent=2))
+        Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}_{args.dtype}.json").write_text(json.dumps(result, indent=2))
     if not equivalence["tensors_match"]:
         sys.exit("the extractor's tensors differ from the naive loop's beyond bf16 tolerance")
 

@@ -209,3 +209,40 @@ def plan(
         raise typer.Exit(2) from None
     for line in lines:
         typer.echo(line)
+
+
+@app.command()
+def gc(
+    root: Path = typer.Option(None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."),
+    keep_checkpoints: int = typer.Option(None, "--keep-checkpoints", min=0, help="Keep the N newest checkpoints "
+                                         "and their inputs; older ones are garbage too (default: keep all)."),
+    delete: bool = typer.Option(False, "--delete", help="Remove what is listed (default: only list it)."),
+    verbose: bool = typer.Option(False, "--verbose", help="List every file instead of counts per folder."),
+) -> None:
+    """List (then, with --delete, remove) stored files that neither a current materialization in the
+    Dagster instance ($DAGSTER_HOME) nor a kept checkpoint's lineage.json references."""
+    import os
+
+    import dagster as dg
+
+    from eagle_assets.capacity.plan import human_bytes
+    from eagle_assets.garbage import CollectionRefused, collect_garbage, find_garbage, report_lines
+    from eagle_assets.resources.storage import default_root
+
+    if not os.environ.get("DAGSTER_HOME"):
+        typer.echo("gc reads the current materializations from the Dagster instance: set DAGSTER_HOME to the "
+                   "instance that wrote this storage root", err=True)
+        raise typer.Exit(2)
+    with dg.DagsterInstance.get() as instance:
+        collection = find_garbage(root or default_root(), instance, keep_checkpoints)
+        for line in report_lines(collection, verbose):
+            typer.echo(line)
+        if not delete:
+            typer.echo("nothing deleted: pass --delete to remove these")
+            return
+        try:
+            freed = collect_garbage(collection, instance)
+        except CollectionRefused as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(1) from None
+    typer.echo(f"freed {human_bytes(freed)}")
