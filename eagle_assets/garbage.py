@@ -19,7 +19,6 @@ nothing is deleted while a Dagster run is in progress (its files are not indexed
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections import defaultdict
@@ -30,14 +29,13 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, latest_materialization
+from eagle_assets.assets.eagle3_checkpoint import ASSET as CHECKPOINTS
+from eagle_assets.assets.eagle3_checkpoint import TRAINING_FILE, WORK_DIR
+from eagle_assets.assets.eagle3_eval import ASSET as EVALUATIONS
+from eagle_assets.assets.hidden_states import INDEX_FILE
+from eagle_assets.hidden_state_files import TENSORS_DIR as TENSORS
+from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, latest_materialization
 
-CHECKPOINTS = "eagle3_checkpoint"
-EVALUATIONS = "eagle3_eval"
-WORK_DIR = "_work"
-TRAINING_FILE = "training.json"
-INDEX_FILE = "index.parquet"
-TENSORS = "tensors"
 ACTIVE = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
           dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 
@@ -107,13 +105,6 @@ def _relative(path: str | Path, root: Path, recorded_root: Path | None = None) -
             except ValueError:
                 continue
     return None
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _checkpoints(root: Path) -> list[Path]:
