@@ -17,7 +17,11 @@ records its metrics every 10th step:
 - ``speculators``: ``python -m speculators train`` with the same model/data flags, ``--log-freq 10`` (its
   own code says to keep log_freq > 1 for speed) and its own defaults otherwise (12 loader workers);
 - ``speculators-wN``: the same CLI given our worker count too (``--num-workers N``): our change *is*
-  the loader (its worker count and memory reuse), so both baselines are shown.
+  the loader (its worker count and memory reuse), so both baselines are shown;
+- ``ours-fp8`` (with ``--fp8-features``): ``ours`` on the same rows stored as FP8 (hs-connectors' format,
+  written by the ``hidden_states`` asset's writer from the same random bf16 states), read by speculators'
+  ``fp8`` backend (dequantized in the loader workers); ``fp8_train_throughput_ratio`` = median(ours-fp8) /
+  median(ours). ``--tiny --fp8-features`` trains both once on CPU and prints the same ratio.
 
 The variants run one after another in a rotating order (repeat 1: A B C, repeat 2: B C A, ...),
 ``--repeats`` times. Throughput = trained tokens (the sampler's packed batches, after EAGLE-3's one-token
@@ -123,10 +127,11 @@ def spread(values: list[float]) -> float:
 
 
 def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, layer_ids: list[int], shape: dict,
-                     workers: int) -> dict[str, Callable[[Path], list[str]]]:
-    """Each variant's command line for a fresh save folder (named by the repeat)."""
+                     workers: int, fp8=None) -> dict[str, Callable[[Path], list[str]]]:
+    """Each variant's command line for a fresh save folder (named by the repeat); ``fp8``: the
+    (training data, vocab) of the fp8-stored copy of the rows, for ``ours-fp8``."""
 
-    def ours(save: Path) -> list[str]:
+    def ours(save: Path, data=data, vocab=vocab) -> list[str]:
         argv = runner.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
         return runner.launch_command(settings, save / "metrics.jsonl", argv)
 
@@ -140,8 +145,11 @@ def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, la
                 "--seed", str(settings.seed), "--lr", str(settings.lr), "--train-data-ratio",
                 str(data.train_data_ratio), "--log-freq", str(settings.log_every_steps), *extra]
 
-    return {"ours": ours, "speculators": cli,
-            f"speculators-w{workers}": lambda save: cli(save, ("--num-workers", str(workers)))}
+    commands = {"ours": ours, "speculators": cli,
+                f"speculators-w{workers}": lambda save: cli(save, ("--num-workers", str(workers)))}
+    if fp8 is not None:
+        commands["ours-fp8"] = lambda save: ours(save, *fp8)
+    return commands
 
 
 def timed_run(name: str, command: list[str], save: Path, epochs: int) -> StampedLog:
@@ -165,7 +173,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2, help="epochs 2..N are timed (epoch 1 compiles)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, in rotating order")
     parser.add_argument("--variants", nargs="*", default=None,
-                        help="subset of: ours speculators speculators-wN (default: all)")
+                        help="subset of: ours speculators speculators-wN ours-fp8 (default: all)")
+    parser.add_argument("--fp8-features", action="store_true",
+                        help="also train on the same rows stored as fp8 (variant ours-fp8)")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
@@ -189,18 +199,33 @@ def main() -> None:
     setup_log = StampedLog("setup")
     data = build_training_data(storage, ["bench"], work, log=setup_log)
     vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=setup_log)
+    fp8 = None
+    if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
+        write_random_features(args.work / "storage-fp8", "bench", verifier_path=verifier, layer_ids=layer_ids,
+                              hidden_size=shape["hidden_size"], vocab_size=shape["vocab_size"], num_rows=args.rows,
+                              seq_len=tuple(args.seq_len), device=device, distinct_rows=args.distinct_rows,
+                              feature_dtype="fp8")
+        fp8_data = build_training_data(args.work / "storage-fp8", ["bench"], work, log=setup_log)
+        fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, shape["vocab_size"], log=setup_log))
     os.sync()  # no write-back of the fresh files while the first run is being timed
     print(f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
           flush=True)
 
     settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
                                 early_stop_patience=0, log_every_steps=10)
-    if device == "cpu":  # no baseline on CPU: our path once, through the asset's own entry point
-        runner.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))
+    if device == "cpu":  # no baseline on CPU: our path once (and on fp8 features), through the asset's entry point
+        runs = {"ours": runner.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))}
+        if fp8 is not None:
+            runs["ours-fp8"] = runner.train(*fp8, str(verifier), settings, work, StampedLog("ours-fp8"))
+        for name, run in runs.items():
+            print(f"{name}: {run.summary.get('tokens_per_s') or 0:.0f} tok/s (speculators' step records), "
+                  f"val loss {run.summary['val_loss']:.4f}", flush=True)
+        if fp8 is not None and runs["ours"].summary.get("tokens_per_s"):
+            print(f"fp8_train_throughput_ratio={runs['ours-fp8'].summary['tokens_per_s'] / runs['ours'].summary['tokens_per_s']:.3f}")
         return
 
     workers = gpu_worker_count(settings.num_processes)
-    commands = variant_commands(settings, data, vocab, verifier, layer_ids, shape, workers)
+    commands = variant_commands(settings, data, vocab, verifier, layer_ids, shape, workers, fp8)
     names = args.variants or list(commands)
     unknown = set(names) - set(commands)
     if unknown:
@@ -241,7 +266,11 @@ def main() -> None:
                        f"start-up median {statistics.median(startups[name]):.1f}s")
         summary.append(f"{name.replace('-', '_')}_tokens_per_s={statistics.median(rates[name]):.0f}")
     for name in names[1:]:
-        if "ours" in rates:
+        if name == "ours-fp8" and "ours" in rates:
+            paired = [a / b for a, b in zip(rates[name], rates["ours"])]
+            summary.append(f"fp8_train_throughput_ratio={statistics.median(rates[name]) / statistics.median(rates['ours']):.3f} "
+                           f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})")
+        elif "ours" in rates:
             key = "train_throughput_ratio" if name == "speculators" else f"train_throughput_ratio_vs_{name}"
             paired = [a / b for a, b in zip(rates["ours"], rates[name])]
             summary.append(f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
