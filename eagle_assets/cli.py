@@ -70,6 +70,8 @@ def demo(
                              "takes the next one); 0 = the vllm_server resource's default."),
     verifier: str = typer.Option("tiny-qwen3", help="Embedded verifier: tiny-qwen3 or tiny-kimi (Kimi-K2.5-shaped, "
                                  "served with the kimi_k2 reasoning parser, read by the kimi backend)."),
+    feature_dtype: str = typer.Option("bfloat16", help="Storage dtype of the hidden states: bfloat16, or fp8 "
+                                      "(hs-connectors' format, half the bytes; verifier.feature_dtype)."),
 ) -> None:
     """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
 
@@ -80,6 +82,7 @@ def demo(
     from eagle_assets.definitions import build_definitions
     from eagle_assets.demo import outcome, run_demo, summarize
     from eagle_assets.embedded_verifiers import embedded_resources
+    from eagle_assets.evaluation.run import replaced
 
     def report(result) -> None:
         typer.echo(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
@@ -89,6 +92,7 @@ def demo(
     with dg.DagsterInstance.get() as instance:
         try:
             overrides = embedded_resources(verifier, **({"port": port} if port else {}))
+            overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
             results = run_demo(build_definitions(overrides), instance, partition, report)
         except ValueError as exc:
             typer.echo(str(exc), err=True)
