@@ -4,6 +4,7 @@ or a container restart does), then what happens next, with no manual step in bet
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -361,3 +362,20 @@ def test_a_sigkilled_demo_does_not_block_the_next_demo(tmp_path, tiny_verifier):
     killed = instance.get_runs()[-1]
     assert killed.status == dg.DagsterRunStatus.FAILURE and "is gone" in failure_message(instance, killed.run_id)
     assert not port_in_use("127.0.0.1", port)  # the second demo, its last user, stopped the server
+
+
+def test_servers_lists_the_managed_server_with_its_live_user(vllm_server_config, vllm_server_urls):
+    state_dir = vllm_server_config.state_dir
+    listed = subprocess.run([str(BIN / "eagle-assets"), "servers", "--state-dir", state_dir, "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    [server] = json.loads(listed.stdout)
+    assert server["port"] == vllm_server_config.port and server["alive"] and server["users"] == 1
+    assert server["idle_since"] is None and server["model"] == vllm_server_config.model
+    assert server["idle_stop_after_s"] == vllm_server_config.idle_stop_after_s
+    table = subprocess.run([str(BIN / "eagle-assets"), "servers", "--state-dir", state_dir],
+                           capture_output=True, text=True, timeout=120).stdout
+    assert f"127.0.0.1-{vllm_server_config.port}" in table and str(server["pid"]) in table
+    unknown = subprocess.run([str(BIN / "eagle-assets"), "servers", "--state-dir", state_dir, "--stop", "1"],
+                             capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 2 and "no managed vLLM server '1'" in unknown.stderr
