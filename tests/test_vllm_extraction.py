@@ -29,9 +29,11 @@ from eagle_assets.resources import StorageRoot
 
 pytestmark = pytest.mark.integration
 
-# bf16 storage of the same computation done by two implementations (vLLM's kernels in bf16,
-# transformers in fp32 then rounded): per-token cosine, per captured layer.
-MIN_COSINE = 0.999
+# The same computation by two implementations (vLLM's kernels in bf16, transformers in fp32, both
+# stored as bf16): per captured layer, the mean cosine over tokens and the worst token's (bf16
+# rounding accumulates along a few hundred tokens of attention).
+MIN_MEAN_COSINE = 0.999
+MIN_TOKEN_COSINE = 0.995
 ENGINE_TIMEOUT_S = 900
 
 KILLED_RUN = """
@@ -48,9 +50,12 @@ if __name__ == "__main__":  # vLLM starts its engine core by spawn
 """
 
 
-def min_cosine(a: torch.Tensor, b: torch.Tensor) -> list[float]:
-    """Per layer, the worst token's cosine between two [seq, layers, H] captures."""
-    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1).min(dim=0).values.tolist()
+def assert_equivalent(ours: torch.Tensor, reference: torch.Tensor, name: str) -> None:
+    """Two [seq, layers, H] captures agree within bf16 tolerance, layer by layer."""
+    cosine = torch.nn.functional.cosine_similarity(ours.float(), reference.float(), dim=-1)
+    mean, worst = cosine.mean(dim=0), cosine.min(dim=0).values
+    assert bool((mean >= MIN_MEAN_COSINE).all()) and bool((worst >= MIN_TOKEN_COSINE).all()), (
+        f"{name}: per-layer mean cosine {mean.tolist()}, worst token {worst.tolist()}")
 
 
 def transformers_states(model_path, sequences, layer_ids) -> dict:
@@ -125,7 +130,7 @@ def test_vllm_states_match_transformers_on_the_tiny_qwen3_verifier(killed_then_r
     reference = transformers_states(tiny_verifier, [(f, s["token_ids"].tolist()) for f, s in stored.items()], layer_ids)
     for name, sample in stored.items():
         assert sample["hidden_states"].dtype == torch.bfloat16
-        assert min(min_cosine(sample["hidden_states"], reference[name])) >= MIN_COSINE, name
+        assert_equivalent(sample["hidden_states"], reference[name], name)
 
 
 # ---- tiny-kimi: MLA + MoE inside the kimi_k25 wrapper, one engine driven directly ----------------
@@ -168,7 +173,7 @@ def test_vllm_states_match_transformers_on_tiny_kimi(kimi_capture, tiny_kimi):
     for key, (ids, path) in kimi_capture["files"].items():
         sample = KIMI_BACKEND.read_connector_file(path, key, ids, len(layer_ids), hidden)
         assert sample.hidden_states.dtype == torch.bfloat16 and sample.token_ids.tolist() == list(ids)
-        assert min(min_cosine(sample.hidden_states, reference[key])) >= MIN_COSINE, key
+        assert_equivalent(sample.hidden_states, reference[key], key)
 
 
 def test_real_connector_files_are_checked_against_their_request(kimi_capture, tiny_kimi):

