@@ -3,8 +3,8 @@
 Each worker loads its own whole copy of the verifier on its device and runs the backend's ordinary
 single-device extraction (its length bucketing, copy overlap and writer threads) over its share of
 the sequences; the workers share nothing but the output folder. This is data parallelism for a
-verifier that fits one device. A verifier too large for one GPU is spread with ``device_map`` by its
-backend instead (the ``kimi`` backend), in one process.
+verifier that fits one device. A verifier too large for one GPU is extracted by vLLM's tensor-parallel
+engine instead (the ``vllm`` and ``kimi`` backends), in one process.
 
 - Sharding: sequences are dealt longest first to the worker with the fewest tokens so far (ties by
   content id), so the shards are balanced in forward cost and deterministic for a given to-do list.

@@ -43,8 +43,8 @@ class Verifier(dg.ConfigurableResource):
         description="Extraction worker processes, one per entry, each with a whole copy of the verifier "
         "(data parallel; transformers backend): ['auto'] = one per visible CUDA GPU when `device` is auto "
         "or cuda and there are several, else one in-process extraction on `device`; or explicit, e.g. "
-        "['cuda:0', 'cuda:1'] or ['cpu', 'cpu']. A verifier too large for one GPU needs a backend that "
-        "spreads it with device_map (kimi) instead.",
+        "['cuda:0', 'cuda:1'] or ['cpu', 'cpu']. A verifier too large for one GPU needs a tensor-parallel "
+        "backend instead (vllm, kimi).",
     )
     dtype: str = Field(default="auto", description="Compute dtype: auto (bf16 on GPU, fp32 on CPU), bfloat16, float32.")
     feature_dtype: Literal["bfloat16", "fp8"] = Field(
