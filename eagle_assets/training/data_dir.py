@@ -91,21 +91,21 @@ class TrainingData:
     manifest: FeatureManifest
     partitions: list[str]
     num_rows: int
+    num_validation_rows: int  # the dataset's tail: the validation split's rows
     num_tokens: int
     num_supervised_tokens: int
-    num_validation_rows: int  # the dataset's tail: the validation split's rows
     skipped_without_hidden_states: int
     skipped_unsupervised: int
     content_hash: str
 
-
-def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, FeatureManifest]:
     @property
     def train_data_ratio(self) -> float:
         """speculators' ``--train-data-ratio``: it splits at ``int(rows * ratio)``, so half a row past the
         last train row lands the boundary exactly there, whatever the float rounding."""
         return (self.num_rows - self.num_validation_rows + 0.5) / self.num_rows
 
+
+def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, FeatureManifest]:
     seq_path = storage_root / "token_sequences" / partition / "sequences.parquet"
     hs_folder = storage_root / "hidden_states" / partition
     index_path = hs_folder / "index.parquet"
@@ -234,6 +234,7 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
     freqs, num_supervised = _supervised_counts(rows)
     result = TrainingData(
         path=final, manifest=manifest, partitions=list(partitions), num_rows=len(rows),
+        num_validation_rows=splits.count(VALIDATION),
         num_tokens=int(pc.sum(rows["seq_len"]).as_py()), num_supervised_tokens=num_supervised,
         skipped_without_hidden_states=skipped_missing, skipped_unsupervised=skipped_unsupervised,
         content_hash=content_hash,
@@ -242,7 +243,6 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
         if log:
             log.info(f"training data {final} already built ({len(rows)} rows): reusing it")
         return result
-        num_validation_rows=splits.count(VALIDATION),
     _write_folder(rows, freqs, manifest, final, log)
     return result
 
