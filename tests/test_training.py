@@ -220,16 +220,23 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(features, tmp
     assert "aux layer ids [1, 2, 3] differ" in evaluations["matches_verifier"].metadata["problems"].value
 
 
-@pytest.mark.integration
-def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, tmp_path):
-    """verifier_mismatches names each disagreement; run on a checkpoint produced by the asset."""
-    root = _copy_storage(features[0], tmp_path / "storage")
+@pytest.fixture(scope="module")
+def one_epoch_checkpoint(features, tmp_path_factory) -> Path:
+    """The folder of a one-epoch checkpoint materialized by the asset on the demo partition (shared: the
+    tests below only read it or copy it)."""
+    root = _copy_storage(features[0], tmp_path_factory.mktemp("one-epoch") / "storage")
     assets, _ = _definitions_parts()
     result = dg.materialize(assets, resources=_resources(root, features[1]),
                             run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
                                                                                  "partitions": ["demo"]}}}})
-    folder = Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
-    manifest = FeatureManifest.read(root / "hidden_states" / "demo")
+    return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
+
+
+@pytest.mark.integration
+def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, one_epoch_checkpoint):
+    """verifier_mismatches names each disagreement; run on a checkpoint produced by the asset."""
+    folder = one_epoch_checkpoint
+    manifest = FeatureManifest.read(Path(features[0]) / "hidden_states" / "demo")
     facts = {"hidden_size": HIDDEN, "num_hidden_layers": 4, "vocab_size": VOCAB}
     assert verifier_mismatches(folder, facts, manifest) == []
     wrong_size = dataclasses.replace(manifest, hidden_size=2 * HIDDEN)
@@ -244,7 +251,7 @@ def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, tmp_path):
 
 
 @pytest.mark.integration
-def test_the_speculators_load_check_names_a_broken_checkpoint(features, tmp_path):
+def test_the_speculators_load_check_names_a_broken_checkpoint(features, one_epoch_checkpoint, tmp_path):
     """speculators_load_problems on a real checkpoint, then on copies with a draft weight removed, a
     non-finite weight, and vocab maps that no longer fit."""
     import shutil
@@ -253,12 +260,7 @@ def test_the_speculators_load_check_names_a_broken_checkpoint(features, tmp_path
 
     from eagle_assets.training.checkpoint import speculators_load_problems
 
-    root = _copy_storage(features[0], tmp_path / "storage")
-    assets, _ = _definitions_parts()
-    result = dg.materialize(assets, resources=_resources(root, features[1]),
-                            run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
-                                                                                 "partitions": ["demo"]}}}})
-    folder = Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
+    folder = one_epoch_checkpoint
     problems, facts = speculators_load_problems(folder)
     assert problems == [] and facts["draft_vocab_size"] == 64 and facts["verifier_vocab_size"] == VOCAB
     tensors = load_file(str(folder / "model.safetensors"))
