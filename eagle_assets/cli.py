@@ -93,7 +93,7 @@ def demo(
         try:
             overrides = embedded_resources(verifier, **({"port": port} if port else {}))
             overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
-            results = run_demo(build_definitions(overrides), instance, partition, report)
+            results = run_demo(build_definitions(overrides), instance, partition, report, verifier)
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None
