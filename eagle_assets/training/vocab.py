@@ -52,9 +52,13 @@ def build_draft_vocab(data_dir: Path, draft_vocab_size: int, target_vocab_size: 
     """Write ``d2t-<size>.npy`` and ``t2d-<size>.npy`` into ``data_dir`` from its token frequencies."""
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
-    if not 0 < draft_vocab_size <= target_vocab_size:
+    # Not equal either: vLLM's EAGLE-3 draft (llama_eagle3.py) has a d2t parameter only when its vocabulary
+    # is smaller than the verifier's, and refuses to load a checkpoint that carries d2t/t2d otherwise.
+    if not 0 < draft_vocab_size < target_vocab_size:
         raise DraftVocabError(
-            f"draft_vocab_size={draft_vocab_size} must be between 1 and the verifier's vocab size {target_vocab_size}"
+            f"draft_vocab_size={draft_vocab_size} must be between 1 and {target_vocab_size - 1}, below the "
+            f"verifier's vocab size {target_vocab_size} (vLLM cannot load a draft with the whole vocabulary "
+            "and d2t/t2d maps); set eagle3_checkpoint's draft_vocab_size lower, or leave it unset"
         )
     freqs = load_token_frequencies(data_dir)
     out_of_range = [t for t in freqs if not 0 <= t < target_vocab_size]
