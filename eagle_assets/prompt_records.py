@@ -20,6 +20,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from eagle_assets.sources import RawRecord, SkippedRow
 from eagle_assets.splits import SplitRule, default_group_key, group_id
 from eagle_assets.storage import combined_hash
@@ -213,3 +215,18 @@ def classify(source: str, item: RawRecord | SkippedRow, rule: SplitRule = SplitR
         return to_prompt(source, item, rule)
     except RowRejected as exc:
         return Skip(source, item.row, exc.reason, exc.detail)
+
+
+# The prompts table's columns, one row per ``PromptRecord.as_row()``.
+PROMPTS_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("source", pa.string()),
+        ("source_id", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("reference", pa.string()),
+        ("split", pa.string()),
+        ("group_id", pa.string()),
+        ("metadata", pa.string()),
+    ]
+)

@@ -10,7 +10,7 @@ from pydantic import Field
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.plugin_manager import dataset_source, load_errors
 from eagle_assets.prompt_collection import Collection, collect
-from eagle_assets.prompt_records import SKIP_REASONS
+from eagle_assets.prompt_records import PROMPTS_SCHEMA, SKIP_REASONS
 from eagle_assets.resources import StorageRoot
 from eagle_assets.sources import SourceUnavailable
 from eagle_assets.splits import (
@@ -27,19 +27,6 @@ CODE_VERSION = "prompts-2"  # 2: group_id column; train / validation / heldout s
 FILE_NAME = PROMPTS_FILE
 SKIPPED_FILE = "skipped.json"
 EXAMPLES_SHOWN = 20
-
-PROMPTS_SCHEMA = pa.schema(
-    [
-        ("prompt_id", pa.string()),
-        ("source", pa.string()),
-        ("source_id", pa.string()),
-        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("reference", pa.string()),
-        ("split", pa.string()),
-        ("group_id", pa.string()),
-        ("metadata", pa.string()),
-    ]
-)
 
 
 class PromptsConfig(dg.Config):

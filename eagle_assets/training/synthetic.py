@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 from safetensors.torch import save_file
 
-from eagle_assets.assets.prompts import PROMPTS_SCHEMA
+from eagle_assets.prompt_records import PROMPTS_SCHEMA
 from eagle_assets.backends import verifier_identity
 from eagle_assets.hidden_state_files import content_id, encode_sample, write_sample
 from eagle_assets.splits import TRAIN, group_id, prompts_file, split_for
