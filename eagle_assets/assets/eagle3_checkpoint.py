@@ -55,7 +55,6 @@ class Eagle3TrainingConfig(dg.Config, TrainingSettings):
     )
 
 
-
 def _settings(config: Eagle3TrainingConfig) -> TrainingSettings:
     return TrainingSettings(**config.model_dump(include=set(TrainingSettings.model_fields)))
 
@@ -184,6 +183,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "path": dg.MetadataValue.path(str(folder)),
             "partitions": ", ".join(chosen),
             "rows": data.num_rows,
+            "validation_rows": data.num_validation_rows,
             "tokens": data.num_tokens,
             "supervised_tokens": data.num_supervised_tokens,
             "draft_vocab_size": vocab.size,
@@ -192,7 +192,6 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "min_val_accuracy": config.min_val_accuracy,
             "epochs_run": summary["epochs_run"],
             "best_epoch": summary["best_epoch"],
-            "validation_rows": data.num_validation_rows,
             "val_loss": summary["val_loss"],
             "train_loss": summary["train_loss"],
             "tokens_per_s": summary["tokens_per_s"],
