@@ -24,14 +24,15 @@ class Measured:
 
 
 EXTRACTION = Measured(
-    tokens_per_s=33_499, row_tokens=2048,
+    tokens_per_s=27_792, row_tokens=1280,  # rows uniform in 512..2048 tokens: 1280 on average
     source="README benchmark row 'hidden-state extraction, one H200' (benchmarks/hidden_states_gpu.py: "
-           "Llama-3.1-8B shape, bf16, 2048-token rows, layers [2,16,29]+32 written with sha256+fsync)",
+           "Llama-3.1-8B shape, bf16, rows of 512-2048 tokens, layers [2,16,29]+32 written with sha256+fsync; "
+           "median of 3)",
 )
 TRAINING = Measured(
-    tokens_per_s=31_714, row_tokens=8192,
+    tokens_per_s=29_003, row_tokens=8192,
     source="README benchmark row 'draft training, one H200' (benchmarks/train_gpu.py: draft of an "
-           "8B-shaped verifier, draft vocab 32000, ttt 3, 8192-token rows)",
+           "8B-shaped verifier, draft vocab 32000, ttt 3, 8192-token rows; one run)",
 )
 REFERENCE_DRAFT_VOCAB = 32_000  # the training row's; resolve_settings' default is min(32000, vocab // 2)
 
