@@ -222,21 +222,21 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(features, tmp
 
 
 @pytest.fixture(scope="module")
-def one_epoch_checkpoint(features, tmp_path_factory) -> Path:
-    """The folder of a one-epoch checkpoint materialized by the asset on the demo partition (shared: the
-    tests below only read it or copy it)."""
+def one_epoch_checkpoint(features, tmp_path_factory) -> dict:
+    """The materialization metadata of a one-epoch checkpoint made by the asset on the demo partition
+    (shared: the tests below only read its folder or copy it)."""
     root = _copy_storage(features[0], tmp_path_factory.mktemp("one-epoch") / "storage")
     assets, _ = _definitions_parts()
     result = dg.materialize(assets, resources=_resources(root, features[1]),
                             run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
                                                                                  "partitions": ["demo"]}}}})
-    return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
+    return result.get_asset_materialization_events()[0].materialization.metadata
 
 
 @pytest.mark.integration
 def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, one_epoch_checkpoint):
     """verifier_mismatches names each disagreement; run on a checkpoint produced by the asset."""
-    folder = one_epoch_checkpoint
+    folder = Path(one_epoch_checkpoint["path"].value)
     manifest = FeatureManifest.read(Path(features[0]) / "hidden_states" / "demo")
     facts = {"hidden_size": HIDDEN, "num_hidden_layers": 4, "vocab_size": VOCAB}
     assert verifier_mismatches(folder, facts, manifest) == []
@@ -249,6 +249,8 @@ def test_mismatched_hidden_size_or_vocab_maps_are_reported(features, one_epoch_c
     assert any("t2d has shape" in p for p in verifier_mismatches(folder, other_vocab, manifest))
     # The kept folder carries its lineage and training record.
     assert {"lineage.json", "training.json"} <= {p.name for p in folder.iterdir()}
+    # Its run records the capacity plan of its stage, like every asset.
+    assert one_epoch_checkpoint["plan/bytes_bf16"].value > 0 and "plan/gpu_hours" in one_epoch_checkpoint
 
 
 @pytest.mark.integration
@@ -261,7 +263,7 @@ def test_the_speculators_load_check_names_a_broken_checkpoint(features, one_epoc
 
     from eagle_assets.training.checkpoint import speculators_load_problems
 
-    folder = one_epoch_checkpoint
+    folder = Path(one_epoch_checkpoint["path"].value)
     problems, facts = speculators_load_problems(folder)
     assert problems == [] and facts["draft_vocab_size"] == 64 and facts["verifier_vocab_size"] == VOCAB
     tensors = load_file(str(folder / "model.safetensors"))

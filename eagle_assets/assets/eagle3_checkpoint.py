@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from eagle_assets.capacity import asset_plan_metadata, shape_of
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import write_json
 from eagle_assets.training.checkpoint import (
@@ -197,6 +198,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "tokens_per_s": summary["tokens_per_s"],
             **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
             **lineage_metadata(lineage),
+            **asset_plan_metadata(root, chosen, ASSET, feature_dtype=manifest.dtype,
+                                  shape=shape_of(str(model_path), backend.text_config(model_path), manifest.layer_ids)),
             # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
             LINEAGE_DIGEST_KEY: lineage_digest(folder),
         }
