@@ -244,8 +244,8 @@ def _source_facts(partition: str, meta: dict) -> dict:
         "description": getattr(source, "description", None),
         "version": meta.get("source_version", getattr(source, "version", None)),
         "location": meta.get("location"),
-        "counts": {k: meta[k] for k in ("rows_read", "rows_kept", "duplicates", "skipped", "train", "heldout",
-                                         "with_reference") if k in meta},
+        "counts": {k: meta[k] for k in ("rows_read", "rows_kept", "duplicates", "skipped", "train", "validation",
+                                         "heldout", "groups", "with_reference") if k in meta},
     }
 
 
@@ -417,7 +417,8 @@ def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None 
         counts = src.get("counts", {})
         lines.append(f"prompts[{p}]: source {src['source']} v{src.get('version')} (plugin {src.get('plugin')}), "
                      f"{counts.get('rows_kept', '?')} prompts ({counts.get('train', '?')} train / "
-                     f"{counts.get('heldout', '?')} held-out); {prov('prompts', p)}")
+                     f"{counts.get('validation', '?')} validation / {counts.get('heldout', '?')} held-out); "
+                     f"{prov('prompts', p)}")
         gen = lineage["generation"][p]
         lines.append(f"  -> reasoning_samples[{p}]: model {_one(gen.get('server_models'))}, vLLM "
                      f"{_one(gen.get('vllm_versions'))}, parser {gen.get('reasoning_parser')}, sampling "
