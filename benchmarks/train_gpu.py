@@ -40,6 +40,7 @@ disk before training and read from the page cache by every run alike.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -176,6 +177,13 @@ def main() -> None:
                         help="subset of: ours speculators speculators-wN ours-fp8 (default: all)")
     parser.add_argument("--fp8-features", action="store_true",
                         help="also train on the same rows stored as fp8 (variant ours-fp8)")
+    parser.add_argument("--time-budget-s", type=float, default=None,
+                        help="start no run that would likely end past this many seconds (the last run's length "
+                             "as its estimate: the first one compiles cold); the summary covers the runs done")
+    parser.add_argument("--runs-file", type=Path, default=None,
+                        help="JSON lines of finished runs: runs already in it (same settings) are not run "
+                             "again, new ones are appended, and the summary covers them all; lets one "
+                             "benchmark span several device calls of limited length")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
@@ -241,24 +249,54 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in names}
     startups: dict[str, list[float]] = {name: [] for name in names}
     lines = []
+    # Everything that makes runs comparable; a runs file written under other settings is refused.
+    setup_key = dict(rows=data.num_rows, tokens=data.num_tokens, epochs=args.epochs, seq_len=list(args.seq_len),
+                     distinct_rows=args.distinct_rows, tokens_timed=sum(epoch_tokens),
+                     device=torch.cuda.get_device_name())
+    finished: dict[tuple[int, str], dict] = {}
+    if args.runs_file and args.runs_file.exists():
+        for record in map(json.loads, args.runs_file.read_text().splitlines()):
+            if record["setup"] != setup_key:
+                sys.exit(f"--runs-file {args.runs_file} holds runs of other settings ({record['setup']}); "
+                         f"this run's are {setup_key}: give a new file")
+            finished[(record["repeat"], record["name"])] = record
+    last_run_s = 0.0
     for repeat in range(args.repeats):
         order = names[repeat % len(names):] + names[: repeat % len(names)]
         for name in order:
+            if (repeat, name) in finished:
+                record = finished[(repeat, name)]
+                rates[name].append(record["tokens_per_s"])
+                startups[name].append(record["startup_s"])
+                lines.append(record["line"] + " (from --runs-file)")
+                continue
+            if args.time_budget_s and time.perf_counter() - started + last_run_s > args.time_budget_s:
+                break
             save = work / f"{name}-{repeat}"
             log = timed_run(name, commands[name](save), save, args.epochs)
             rate = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs))
             rates[name].append(rate)
             startups[name].append(log.startup_seconds())
             run_s = time.perf_counter() - log.created
+            last_run_s = run_s
             line = (f"run repeat={repeat + 1} {name}: whole run {run_s:.0f}s, startup {log.startup_seconds():.1f}s, "
                     f"epoch 1 (compile) {log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
                     f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s")
             print(line, flush=True)
             lines.append(line)
+            if args.runs_file:
+                with args.runs_file.open("a") as runs_file:
+                    runs_file.write(json.dumps(dict(setup=setup_key, repeat=repeat, name=name, tokens_per_s=rate,
+                                                    startup_s=log.startup_seconds(), line=line)) + "\n")
             shutil.rmtree(save, ignore_errors=True)  # checkpoints of an 8B-shaped draft are GBs
             if out:
                 (out / "train_gpu_runs.txt").write_text("\n".join(lines) + "\n")
 
+    done = [name for name in names if rates[name]]
+    if len(done) < len(names) or any(len(rates[name]) < args.repeats for name in names):
+        print(f"time budget {args.time_budget_s:.0f}s reached: runs done "
+              f"{ {name: len(rates[name]) for name in names} } of {args.repeats} each", flush=True)
+    names = done
     summary = []
     for name in names:
         summary.append(f"{name}: tokens/s median {statistics.median(rates[name]):.0f} (runs "
@@ -266,11 +304,11 @@ def main() -> None:
                        f"start-up median {statistics.median(startups[name]):.1f}s")
         summary.append(f"{name.replace('-', '_')}_tokens_per_s={statistics.median(rates[name]):.0f}")
     for name in names[1:]:
-        if name == "ours-fp8" and "ours" in rates:
+        if name == "ours-fp8" and rates.get("ours"):
             paired = [a / b for a, b in zip(rates[name], rates["ours"])]
             summary.append(f"fp8_train_throughput_ratio={statistics.median(rates[name]) / statistics.median(rates['ours']):.3f} "
                            f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})")
-        elif "ours" in rates:
+        elif rates.get("ours"):
             key = "train_throughput_ratio" if name == "speculators" else f"train_throughput_ratio_vs_{name}"
             paired = [a / b for a, b in zip(rates["ours"], rates[name])]
             summary.append(f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
