@@ -55,10 +55,11 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
     # another draft, or features taken at the wrong layers, would not.
     simulated = float(re.findall(r"^acceptance_length=.*\n.*simulated (\d+\.\d+)", output, flags=re.MULTILINE)[-1])
     assert abs(tau - simulated) <= 0.25, (tau, simulated)
-    # The out-of-distribution set (demo_ood), measured the same way beside it: no floor, only a real number
-    # (1 = nothing accepted, 4 = everything at K=3).
+    # The out-of-distribution set (demo_ood), measured the same way beside it (measured 2.943 tiny-qwen3, 2.086
+    # tiny-kimi). The draft still predicts some of the verifier's words there (1.0 = nothing accepted), and not
+    # better than on prompts like its training data: an OOD set no harder than the held-out one isn't one.
     ood = float(_value(output, "ood_acceptance_length"))
-    assert 1.0 <= ood <= 4.0
+    assert 1.5 <= ood <= tau + 0.1, (ood, tau)
     assert re.search(r"out-of-distribution: demo_ood, \d+ prompts", output)
     tail = output[output.index("acceptance_length="):]
     assert "lineage:" in tail and "prompts[demo]" in tail
