@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from eagle_assets.assets import ASSET_FAMILIES
+from eagle_assets.jobs import with_pipeline_jobs
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 from eagle_assets.runs.executor import recorded_executor
@@ -19,13 +20,13 @@ def build_definitions(resources: dict | None = None) -> dg.Definitions:
         assets += built.get("assets", [])
         checks += built.get("checks", [])
         jobs += built.get("jobs", [])
-    return dg.Definitions(
+    return with_pipeline_jobs(dg.Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
         executor=recorded_executor,  # records each run's worker; reconciles runs killed on this host
         resources={"storage": StorageRoot(), "verifier": Verifier(), "vllm_server": VLLMServer(), **(resources or {})},
-    )
+    ))
 
 
 defs = build_definitions()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from eagle_assets.embedded_verifiers import DEFAULT_EMBEDDED
+from eagle_assets.jobs import DATASET, DRAFT, plan, stage_job_name, with_pipeline_jobs
 from eagle_assets.runs import in_process_runs
 
 
@@ -52,14 +53,6 @@ def demo_ops(verifier: str = DEFAULT_EMBEDDED) -> dict:
 PROMPTS = dg.AssetKey("prompts")
 
 
-def plan(defs: dg.Definitions) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
-    """(partitioned, unpartitioned) materializable asset keys, each in dependency order."""
-    graph = defs.resolve_asset_graph()
-    keys = [k for k in graph.toposorted_asset_keys if graph.get(k).is_materializable]
-    partitioned = [k for k in keys if graph.get(k).partitions_def is not None]
-    return partitioned, [k for k in keys if k not in partitioned]
-
-
 def run_demo(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
@@ -79,26 +72,24 @@ def run_demo(
         )
     from eagle_assets.plugin_manager import dataset_sources
 
-    everything = [*defs.assets, *(defs.asset_checks or [])]
     evaluation_sets = [name for name, source in dataset_sources().items()
                        if source.evaluation_only and name in known and name != partition]
-    runs = [(partitioned, partition),
-            *[([PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
-            (plan(defs)[1], None)]
+    # Named jobs (not the ephemeral one), so each run says what it is in the UI.
+    named = with_pipeline_jobs(defs) if not any(job.name == DATASET for job in defs.jobs or []) else defs
+    runs = [(DATASET, partitioned, partition),
+            *[(stage_job_name(PROMPTS), [PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
+            (DRAFT, plan(defs)[1], None)]
     ops = demo_ops(verifier)
     results = []
     # Runs killed earlier on this host are failed and their pool slots freed first; a wait on the gpu
     # pool is reported and ends on SIGTERM/Ctrl-C; every run records this process as its worker.
     with in_process_runs(instance, by="eagle-assets demo") as worker:
-        for selection, partition_key in runs:
+        for job_name, selection, partition_key in runs:
             if not selection:
                 continue
-            result = dg.materialize(
-                everything,
-                selection=selection,
+            result = named.resolve_job_def(job_name).execute_in_process(
                 partition_key=partition_key,
                 instance=instance,
-                resources=defs.resources,
                 raise_on_error=False,
                 # INFO, not the in-process default DEBUG: the assets' progress lines, not every engine event.
                 run_config={"ops": {k: v for k, v in ops.items() if dg.AssetKey(k) in selection},

@@ -7,7 +7,8 @@ import pytest
 import pyarrow.parquet as pq
 
 from eagle_assets.assets import prompts as prompts_family
-from eagle_assets.demo import plan, run_demo, summarize
+from eagle_assets.demo import run_demo, summarize
+from eagle_assets.jobs import plan
 from eagle_assets.partitions import source_partitions
 
 
@@ -36,6 +37,8 @@ def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storag
         # The partition's assets; prompts of the evaluation-only demo_ood (eagle3_eval's out-of-distribution
         # set); then the assets over all partitions.
         assert [r.success for r in results] == [True, True, True]
+        # Named jobs, so the UI's run list says what each run was.
+        assert [r.dagster_run.job_name for r in results] == ["dataset", "stage_prompts", "draft"]
         lines = [line for r in results for line in summarize(r)]
         assert lines[0].startswith("prompts[demo] version ") and "rows_kept=" in lines[0]
         assert lines[1].startswith("prompt_lengths[demo]") and lines[2].startswith("prompts[demo_ood] version ")
