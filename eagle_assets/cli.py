@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -72,36 +73,58 @@ def demo(
                                  "served with the kimi_k2 reasoning parser, read by the kimi backend)."),
     feature_dtype: str = typer.Option("bfloat16", help="Storage dtype of the hidden states: bfloat16, or fp8 "
                                       "(hs-connectors' format, half the bytes; verifier.feature_dtype)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Stream the full log (every Dagster event, vLLM and "
+                                 "trainer line) to the terminal instead of status lines and a log file."),
 ) -> None:
     """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
 
     Uses $DAGSTER_HOME (the Makefile sets a persistent one), so `make ui` shows the runs afterwards.
+    The terminal shows a status line per stage and a result line per asset; the full log goes to
+    $DAGSTER_HOME/logs/demo-<time>.log (its path printed first) unless --verbose.
     """
+    import contextlib
+    import os
+    import time
+
     import dagster as dg
 
     from eagle_assets.definitions import build_definitions
     from eagle_assets.demo import outcome, run_demo, summarize
+    from eagle_assets.demo_display import StageDisplay, output_to_file
     from eagle_assets.embedded_verifiers import embedded_resources
     from eagle_assets.evaluation.run import replaced
 
-    def report(result) -> None:
-        typer.echo(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
-        for line in summarize(result):
-            typer.echo(f"  {line}")
+    log_file = Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    if not verbose:
+        typer.echo(f"full log: {log_file}")
+    with contextlib.nullcontext(sys.stdout) if verbose else output_to_file(log_file) as terminal:
+        display = None if verbose else StageDisplay(terminal, redraw=terminal.isatty())
 
-    with dg.DagsterInstance.get() as instance:
-        try:
-            overrides = embedded_resources(verifier, **({"port": port} if port else {}))
-            overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
-            results = run_demo(build_definitions(overrides), instance, partition, report, verifier)
-        except ValueError as exc:
-            typer.echo(str(exc), err=True)
-            raise typer.Exit(2) from None
-        if not all(r.success for r in results):
-            raise typer.Exit(1)
-        for line in outcome(instance):
-            typer.echo(line)
-    typer.echo("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
+        def say(line: str) -> None:
+            (display.line if display else typer.echo)(line)
+            if display:  # the file keeps every line too
+                print(line, flush=True)
+
+        def report(result) -> None:
+            say(f"run {result.dagster_run.job_name} {result.run_id[:8]}: {'success' if result.success else 'FAILED'}")
+            for line in summarize(result):
+                say(f"  {line}")
+
+        with dg.DagsterInstance.get() as instance:
+            try:
+                overrides = embedded_resources(verifier, **({"port": port} if port else {}))
+                overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
+                results = run_demo(build_definitions(overrides), instance, partition, report, verifier, display)
+            except ValueError as exc:
+                typer.echo(str(exc), file=terminal)
+                raise typer.Exit(2) from None
+            if not all(r.success for r in results):
+                if display:
+                    say(f"the full log: {log_file}")
+                raise typer.Exit(1)
+            for line in outcome(instance):
+                say(line)
+        say("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
 
 
 @app.command()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from eagle_assets.demo_display import StageDisplay, display_logger
 from eagle_assets.embedded_verifiers import DEFAULT_EMBEDDED
 from eagle_assets.jobs import DATASET, DRAFT, plan, stage_job_name, with_pipeline_jobs
 from eagle_assets.runs import in_process_runs
@@ -59,9 +60,11 @@ def run_demo(
     partition: str,
     report: Callable[[dg.ExecuteInProcessResult], None] | None = None,
     verifier: str = DEFAULT_EMBEDDED,
+    display: StageDisplay | None = None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Materialize every asset, with the demo settings of the embedded ``verifier`` the definitions serve;
-    stops after the first run that fails. Returns the runs made."""
+    stops after the first run that fails. Returns the runs made. ``display``: also feed each stage's
+    progress to these status lines."""
     partitioned, _ = plan(defs)
     graph = defs.resolve_asset_graph()
     known = {k for key in partitioned for k in graph.get(key).partitions_def.get_partition_keys()}
@@ -75,7 +78,8 @@ def run_demo(
     evaluation_sets = [name for name, source in dataset_sources().items()
                        if source.evaluation_only and name in known and name != partition]
     # Named jobs (not the ephemeral one), so each run says what it is in the UI.
-    named = with_pipeline_jobs(defs) if not any(job.name == DATASET for job in defs.jobs or []) else defs
+    loggers = {"console": dg.colored_console_logger, **({"demo_display": display_logger(display)} if display else {})}
+    named = with_pipeline_jobs(defs, loggers)
     runs = [(DATASET, partitioned, partition),
             *[(stage_job_name(PROMPTS), [PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
             (DRAFT, plan(defs)[1], None)]
@@ -93,7 +97,8 @@ def run_demo(
                 raise_on_error=False,
                 # INFO, not the in-process default DEBUG: the assets' progress lines, not every engine event.
                 run_config={"ops": {k: v for k, v in ops.items() if dg.AssetKey(k) in selection},
-                            "loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                            "loggers": {"console": {"config": {"log_level": "INFO"}}, **{name: {} for name in loggers
+                                                                                        if name != "console"}}},
                 tags={"eagle_assets/command": "demo", **worker},
             )
             results.append(result)

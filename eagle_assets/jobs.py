@@ -20,10 +20,13 @@ def plan(defs: dg.Definitions) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
     return partitioned, [k for k in keys if k not in partitioned]
 
 
-def with_pipeline_jobs(defs: dg.Definitions) -> dg.Definitions:
-    """``defs`` with the named jobs of its graph added (the graph's own jobs kept)."""
+def with_pipeline_jobs(defs: dg.Definitions, loggers: dict[str, dg.LoggerDefinition] | None = None) -> dg.Definitions:
+    """``defs`` with the named jobs of its graph (its own other jobs kept) and, if given, these ``loggers``."""
+    named = pipeline_jobs(*plan(defs))
+    names = {job.name for job in named}
     return dg.Definitions(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources,
-                          executor=defs.executor, jobs=[*(defs.jobs or []), *pipeline_jobs(*plan(defs))])
+                          executor=defs.executor, loggers=loggers or defs.loggers,
+                          jobs=[*(job for job in defs.jobs or [] if job.name not in names), *named])
 
 
 def stage_job_name(key: dg.AssetKey) -> str:

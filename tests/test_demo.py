@@ -73,3 +73,15 @@ def test_demo_checkpoint_lineage_verifies(demo_output):
     script = Path(sys.executable).with_name("eagle-assets")
     verify = subprocess.run([str(script), "lineage", "verify", checkpoint], env=env, capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_demo_terminal_output_is_short_and_the_log_file_holds_the_rest(demo_output):
+    output, env, _ = demo_output
+    lines = output.splitlines()
+    # A status line per stage (redrawn in place on a TTY; absent here, no TTY), a result line per asset, the summary.
+    assert len(lines) <= 40, "\n".join(lines)
+    assert "[vllm]" not in output and "STEP_SUCCESS" not in output
+    log = Path(re.match(r"full log: (.+)$", lines[0]).group(1))
+    assert log.parent == Path(env["DAGSTER_HOME"]).resolve() / "logs"
+    text = log.read_text()
+    assert "[vllm]" in text and "STEP_SUCCESS" in text and "acceptance_length=" in text
