@@ -108,7 +108,10 @@ def demo(
         def report(result) -> None:
             say(f"run {result.dagster_run.job_name} {result.run_id[:8]}: {'success' if result.success else 'FAILED'}")
             for line in summarize(result):
-                say(f"  {line}")
+                if display is None or line.startswith(("CHECK FAILED", "STEP FAILED")):
+                    say(f"  {line}")
+                else:  # the display printed it as the asset was materialized
+                    print(f"  {line}", flush=True)
 
         with dg.DagsterInstance.get() as instance:
             try:

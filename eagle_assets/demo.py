@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from eagle_assets.demo_display import StageDisplay, display_logger
+from eagle_assets.demo_display import StageDisplay, display_logger, materialization_line
 from eagle_assets.embedded_verifiers import DEFAULT_EMBEDDED
 from eagle_assets.jobs import DATASET, DRAFT, plan, stage_job_name, with_pipeline_jobs
 from eagle_assets.runs import in_process_runs
@@ -111,18 +111,8 @@ def run_demo(
 
 def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
     """One line per materialized asset (numeric metadata + data version) and per failed check/step."""
-    lines = []
-    for event in result.get_asset_materialization_events():
-        mat = event.step_materialization_data.materialization
-        numbers = ", ".join(
-            f"{k}={v.value:.4g}" if isinstance(v.value, float) else f"{k}={v.value}"
-            for k, v in mat.metadata.items()
-            if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue)) and not k.startswith("dagster/")
-            and v.value  # zero counters (e.g. skip reasons that never happened) are noise here
-        )
-        version = mat.tags.get("dagster/data_version", "?") if mat.tags else "?"
-        partition = f"[{mat.partition}]" if mat.partition else ""
-        lines.append(f"{mat.asset_key.to_user_string()}{partition} version {version}: {numbers}")
+    lines = [materialization_line(event.step_materialization_data.materialization)
+             for event in result.get_asset_materialization_events()]
     for check in result.get_asset_check_evaluations():
         if not check.passed:
             lines.append(f"CHECK FAILED {check.asset_key.to_user_string()}:{check.check_name} {dict(check.metadata)}")

@@ -1,5 +1,6 @@
 """What ``eagle-assets demo`` shows on the terminal: one status line per running stage, redrawn in place (its
-latest count as a bar, with the rate and ETA the assets log), one result line per stage, then the summary.
+latest count as a bar, with the rate and ETA the assets log), a result line as each asset is materialized
+(its numeric metadata), then the summary.
 
 Everything else — every Dagster event, vLLM's and the trainer's lines, library warnings — goes to a log file
 whose path is printed first (``--verbose`` streams it to the terminal as before).
@@ -58,6 +59,11 @@ class StageDisplay:
         text = f"{stage:<18} {elapsed_s:5.0f}s {bar}{message.splitlines()[0] if message else ''}"
         return text[:width]
 
+    def result(self, stage: str, text: str) -> None:
+        """A stage's result line, with the seconds since its first status."""
+        elapsed = time.monotonic() - self.started.get(stage, time.monotonic())
+        self.line(f"{stage:<18} {elapsed:5.0f}s done: {text}")
+
     def line(self, text: str) -> None:
         """A line that stays (on a TTY cut to its width; the log file has it whole): clears the status line first."""
         self._draw("")
@@ -75,26 +81,45 @@ class StageDisplay:
         self.shown = text
 
 
+def materialization_line(mat: dg.AssetMaterialization) -> str:
+    """``asset[partition] version V: k=v, ...`` — its numeric metadata and data version."""
+    numbers = ", ".join(
+        f"{k}={v.value:.4g}" if isinstance(v.value, float) else f"{k}={v.value}"
+        for k, v in mat.metadata.items()
+        if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue)) and not k.startswith("dagster/")
+        and v.value  # zero counters (e.g. skip reasons that never happened) are noise here
+    )
+    version = mat.tags.get("dagster/data_version", "?") if mat.tags else "?"
+    partition = f"[{mat.partition}]" if mat.partition else ""
+    return f"{mat.asset_key.to_user_string()}{partition} version {version}: {numbers}"
+
+
 class _DisplayHandler(logging.Handler):
     """Feeds a run's log records (Dagster's ``dagster_meta`` on each) to a :class:`StageDisplay`."""
 
     def __init__(self, display: StageDisplay):
-        super().__init__(level=logging.INFO)
+        super().__init__(level=logging.DEBUG)  # Dagster logs its events (materializations, step starts) at DEBUG
         self.display = display
 
     def emit(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "dagster_meta", None) or {}
         step, event = meta.get("step_key"), meta.get("dagster_event")
-        if not step or (event is not None and not event.is_step_start):
+        if not step:
             return
-        self.display.progress(step, "starting" if event is not None else meta.get("orig_message", ""))
+        if event is None:
+            if record.levelno >= logging.INFO:
+                self.display.progress(step, meta.get("orig_message", ""))
+        elif event.is_step_start:
+            self.display.progress(step, "starting")
+        elif event.is_step_materialization:
+            self.display.result(step, materialization_line(event.step_materialization_data.materialization))
 
 
 def display_logger(display: StageDisplay) -> dg.LoggerDefinition:
     """A Dagster logger that drives ``display`` (the console logger keeps writing the full log)."""
 
     def build(_init_context) -> logging.Logger:
-        logger = logging.Logger("eagle_assets.demo_display", level=logging.INFO)
+        logger = logging.Logger("eagle_assets.demo_display", level=logging.DEBUG)
         logger.addHandler(_DisplayHandler(display))
         return logger
 

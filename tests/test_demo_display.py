@@ -53,7 +53,8 @@ def test_output_goes_to_the_log_file_children_included_and_the_terminal_gets_onl
     assert log.read_text().splitlines() == ["python print", "a warning", "a child process line"]
 
 
-def test_the_demo_feeds_each_stage_to_the_display(storage_root):
+def test_the_demo_feeds_each_stage_to_the_display(storage_root, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # result lines are cut to the terminal's width
     [prompts] = prompts_family.build(source_partitions())["assets"]
     defs = dg.Definitions(assets=[prompts], resources={"storage": storage_root})
     terminal = io.StringIO()
@@ -63,4 +64,7 @@ def test_the_demo_feeds_each_stage_to_the_display(storage_root):
     assert all(r.success for r in results)
     # Both prompts runs (the demo partition, then the out-of-distribution set) drew prompts' status line.
     assert set(display.started) == {"prompts"}
-    assert "prompts" in terminal.getvalue() and "s " in terminal.getvalue()
+    # Each materialization printed its result line as it happened: the demo partition, then demo_ood.
+    results = [line for line in terminal.getvalue().split("\r") if " done: prompts[" in line]
+    assert [line.split(" done: ")[1].split(" version")[0] for line in results] == ["prompts[demo]", "prompts[demo_ood]"]
+    assert all("rows_kept=" in line for line in results)
