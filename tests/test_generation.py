@@ -144,6 +144,8 @@ class FakeServer:
             return httpx.Response(200, json={"data": [{"id": "tiny"}]})
         if request.url.path == "/version":
             return httpx.Response(200, json={"version": "0.32.0"})
+        if request.url.path == "/tokenize":
+            return httpx.Response(404)  # no marker ids: rows take the reasoning parser's split
         payload = json.loads(request.content)
         self.bodies.append(payload)
         key = payload["messages"][0]["content"]

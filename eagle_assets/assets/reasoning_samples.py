@@ -15,14 +15,16 @@ from eagle_assets.assets import prompts as prompts_asset
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
-from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples
+from eagle_assets.generation.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
+from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples, with_classes, write_quality
 from eagle_assets.resources import StorageRoot, VLLMServer
 from eagle_assets.resources.vllm_server import VLLMServerError
 from eagle_assets.splits import SPLITS
 
 # Bump when the rows this asset writes for the same input would change.
-CODE_VERSION = "reasoning_samples-1"
+CODE_VERSION = "reasoning_samples-2"  # 2: thinking_tokens per row, unfinished_thinking from token ids, quality
 PERCENTILES = (50, 90, 99)
+EXAMPLES_PER_CLASS = 3
 
 
 class ReasoningSamplesConfig(dg.Config):
@@ -57,6 +59,25 @@ class ReasoningSamplesConfig(dg.Config):
     max_truncation_rate: float = Field(
         default=0.25, ge=0, le=1, description="Check: largest tolerated share of samples cut at max_tokens."
     )
+    min_thinking_tokens: int = Field(
+        default=16, ge=0, description="Quality: a complete answer after fewer thinking tokens than this is "
+        "trivial_reasoning (samples without a thinking section, e.g. thinking off, are not judged by it).",
+    )
+    loop_ngram: int = Field(default=16, ge=1, description="Quality: n-gram size, in tokens, of the loop detector.")
+    loop_min_repeats: int = Field(
+        default=4, ge=2, description="Quality: an n-gram occurring this often in one completion counts as repeated.",
+    )
+    loop_max_share: float = Field(
+        default=0.3, gt=0, le=1, description="Quality: a completion whose repeated n-grams cover more than this "
+        "share of its tokens is a repetition_loop.",
+    )
+    max_non_ok_share: float = Field(
+        default=0.2, ge=0, le=1, description="Check: largest tolerated share of samples in a quality class other "
+        "than ok (errors included).",
+    )
+
+    def quality_rules(self) -> QualityRules:
+        return QualityRules(self.min_thinking_tokens, self.loop_ngram, self.loop_min_repeats, self.loop_max_share)
 
     @field_validator("splits")
     @classmethod
@@ -109,6 +130,51 @@ def _metadata(samples: pa.Table, selected: int, path, run: dict) -> dict:
     }
 
 
+def _short_text(row: dict, chars: int = 80) -> str:
+    """The end of what the sample says: its answer, else its thinking, else its error."""
+    text = " ".join((row["content"] or row["reasoning"] or row["error"] or "").split())
+    return text if len(text) <= chars else "…" + text[-chars:]
+
+
+def _quality_metadata(samples: pa.Table) -> dict:
+    """Count and share per class (numbers, so the UI plots them over materializations) and examples."""
+    counts = count_classes(samples["quality"].to_pylist())
+    total = max(samples.num_rows, 1)
+    lines = ["| class | samples | share | examples |", "|---|---|---|---|"]
+    for name in QUALITY_CLASSES:
+        rows = samples.filter(pc.equal(samples["quality"], name)).slice(0, EXAMPLES_PER_CLASS).to_pylist()
+        examples = "<br>".join(f"`{r['prompt_id'][:12]}` {_short_text(r)}" for r in rows)
+        lines.append(f"| {name} | {counts[name]} | {counts[name] / total:.1%} | {examples} |")
+    return {
+        **{f"quality/{name}": counts[name] for name in QUALITY_CLASSES},
+        **{f"quality/{name}_share": counts[name] / total for name in QUALITY_CLASSES},
+        "quality/non_ok_share": (samples.num_rows - counts["ok"]) / total,
+        "quality_examples": dg.MetadataValue.md("\n".join(lines)),
+    }
+
+
+def quality_check_result(meta: dict, limit: float) -> dg.AssetCheckResult:
+    """The non-ok share against ``limit``; a failure names the classes, their shares and what to change."""
+    share = meta["quality/non_ok_share"]
+    found = sorted(((meta[f"quality/{name}_share"], name) for name in QUALITY_CLASSES if name != "ok"
+                    and meta[f"quality/{name}"]), reverse=True)
+    passed = share <= limit
+    return dg.AssetCheckResult(
+        check_name="quality_non_ok_share_below_limit",
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"non_ok_share": share, "limit": limit,
+                  **{f"{name}_share": value for value, name in found},
+                  **{name: meta[f"quality/{name}"] for _, name in found},
+                  "what_to_change": dg.MetadataValue.md("\n".join(f"- {name}: {REMEDIES[name]}" for _, name in found)
+                                                        or "nothing")},
+        description=None if passed else (
+            f"{share:.1%} of the samples are not ok (limit {limit:.1%}, max_non_ok_share): "
+            + "; ".join(f"{name} {value:.1%} ({REMEDIES[name]})" for value, name in found)
+        ),
+    )
+
+
 def build(partitions: dg.PartitionsDefinition) -> dict:
     @dg.asset(
         name="reasoning_samples",
@@ -130,6 +196,12 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 asset="reasoning_samples",
                 description="Share of samples cut at max_tokens is at most max_truncation_rate.",
             ),
+            dg.AssetCheckSpec(
+                "quality_non_ok_share_below_limit",
+                asset="reasoning_samples",
+                description="Share of samples whose quality class is not ok is at most max_non_ok_share; "
+                "a failure names the classes, their shares and what to change.",
+            ),
         ],
     )
     def reasoning_samples(
@@ -143,6 +215,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         One request per prompt to the vLLM server (reasoning parser on), up to ``max_tokens`` new
         tokens, ``concurrency`` in flight. Rows are appended to Parquet shards as they finish; a
         re-materialization skips prompts that already have an ok sample and retries the errors.
+        Every sample is then given a quality class by the current rules (``quality.parquet`` beside
+        the shards; :mod:`eagle_assets.generation.quality` says which class wins when several apply).
         """
         name = context.partition_key
         prompts = _read_prompts(storage, name, config.splits)
@@ -197,9 +271,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             }
 
         samples = load_samples(folder)
+        # Every row of the folder is (re)classified by the current rules: token_sequences reads them all.
+        rules = config.quality_rules()
+        samples = with_classes(samples, write_quality(folder, samples, rules))
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
-        meta = {**_metadata(samples, prompts.num_rows, folder, run),
+        meta = {**_metadata(samples, prompts.num_rows, folder, run), **_quality_metadata(samples),
+                "quality_rules": dg.MetadataValue.json(rules.as_dict()),
                 **asset_plan_metadata(storage.root, [name], "reasoning_samples")}
+        context.log.info(f"{name}: quality " + ", ".join(
+            f"{cls} {meta[f'quality/{cls}_share']:.1%}" for cls in QUALITY_CLASSES if meta[f"quality/{cls}"]))
         for message in _error_examples(samples):
             context.log.warning(message)
         return dg.MaterializeResult(
@@ -219,6 +299,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                     metadata={"truncation_rate": meta["truncation_rate"], "limit": config.max_truncation_rate,
                               "hint": "raise max_tokens (and the server's max_model_len) if this fails"},
                 ),
+                quality_check_result(meta, config.max_non_ok_share),
             ],
         )
 

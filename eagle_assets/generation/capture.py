@@ -47,8 +47,11 @@ def capture(
 
         async def main() -> None:
             model, version = await engine.identify()
+            markers = await engine.resolve_think_markers()
+            thinking = (f"thinking markers {markers.start}/{markers.end}" if markers else
+                        "thinking markers unknown (the reasoning parser's split is used)")
             log(f"{label}: {len(requests)} prompts to capture from {model} (vLLM {version}) at "
-                f"{list(engine.base_urls)}, {settings.concurrency} in flight")
+                f"{list(engine.base_urls)}, {settings.concurrency} in flight; {thinking}")
             progress.started = time.monotonic()
             ticker = asyncio.create_task(report_every(progress_interval_s, progress, log, writer.flush_if_stale))
             try:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import openai
 
 from eagle_assets.generation.sdk_http import httpx
-from eagle_assets.generation.parsing import MalformedResponse, parse_completion
+from eagle_assets.generation.parsing import THINK_CLOSE, THINK_OPEN, MalformedResponse, parse_completion
+from eagle_assets.generation.quality import ThinkMarkers
 from eagle_assets.generation.progress import Progress
 
 ERROR_TEXT_LIMIT = 2000
@@ -110,6 +111,7 @@ class CaptureEngine:
         self.http_attempts = 0
         self.model: str | None = None
         self.vllm_version: str = "unknown"
+        self.think_markers: ThinkMarkers | None = None
 
     def _headers(self) -> dict:
         key = self.settings.api_key
@@ -141,6 +143,27 @@ class CaptureEngine:
                 self.vllm_version = "unknown"  # not vLLM, or an older one: recorded as such
         self.model = models[0]
         return self.model, self.vllm_version
+
+    async def resolve_think_markers(self) -> ThinkMarkers | None:
+        """The ids of ``<think>``/``</think>`` in the served model's own tokenizer (vLLM's ``/tokenize``),
+        kept for every row's thinking span; None when the server cannot tokenize or a marker is not
+        one token (rows then take the reasoning parser's split)."""
+        ids = []
+        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers()) as http:
+            for marker in (THINK_OPEN, THINK_CLOSE):
+                try:
+                    response = await http.post(
+                        f"{server_root(self.base_urls[0])}/tokenize",
+                        json={"model": self.model, "prompt": marker, "add_special_tokens": False})
+                    response.raise_for_status()
+                    tokens = response.json()["tokens"]
+                except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                    return None
+                if len(tokens) != 1:
+                    return None
+                ids.append(int(tokens[0]))
+        self.think_markers = ThinkMarkers(*ids)
+        return self.think_markers
 
     def _client(self, base_url: str) -> openai.AsyncOpenAI:
         concurrency = self.settings.concurrency
@@ -229,7 +252,7 @@ class CaptureEngine:
             )
             # The raw JSON, not the SDK's pydantic model: vLLM's extra fields (token ids,
             # reasoning) are plain keys there, and skipping model construction keeps the loop fast.
-            row.update(parse_completion(json.loads(raw.content)))
+            row.update(parse_completion(json.loads(raw.content), self.think_markers))
             row["status"], row["error"] = "ok", None
         except openai.APIStatusError as exc:
             row["status"], row["error"] = "error", f"HTTP {exc.status_code}: {exc.message}"

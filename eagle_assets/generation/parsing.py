@@ -3,9 +3,15 @@
 vLLM reports the thinking as ``message.reasoning`` when it runs a reasoning parser; older servers
 call it ``reasoning_content``; a server without a parser leaves ``<think>…</think>`` inline in
 ``content``. All three are read here so the rest of the pipeline sees one shape.
+
+Where the thinking ends is taken from the token ids when the thinking markers' ids are known
+(:func:`~eagle_assets.generation.quality.thinking_span`); otherwise from the server's reasoning parser:
+its ``reasoning_tokens`` count and its text split.
 """
 
 from __future__ import annotations
+
+from eagle_assets.generation.quality import ThinkMarkers, Thinking, thinking_span
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -32,8 +38,19 @@ def split_reasoning(message: dict) -> tuple[str | None, str | None]:
     return None, content
 
 
-def parse_completion(body: dict) -> dict:
-    """The sample fields of a response body; raises :class:`MalformedResponse` with the reason."""
+def _parser_thinking(reasoning: str | None, content: str | None, usage: dict) -> Thinking:
+    """The thinking as the server's reasoning parser reports it (thinking markers unknown)."""
+    counted = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    # No answer text after thinking: the parser never saw the end marker (or the answer is empty:
+    # the text split cannot tell those apart, the token ids can).
+    return Thinking(counted if reasoning else None, bool(reasoning) and not (content or "").strip())
+
+
+def parse_completion(body: dict, markers: ThinkMarkers | None = None) -> dict:
+    """The sample fields of a response body; raises :class:`MalformedResponse` with the reason.
+
+    ``markers``: the verifier's thinking-marker ids, which place the end of the thinking exactly.
+    """
     if not isinstance(body, dict):
         raise MalformedResponse(f"response body is {type(body).__name__}, not a JSON object")
     choices = body.get("choices")
@@ -46,6 +63,10 @@ def parse_completion(body: dict) -> dict:
     usage = body.get("usage") or {}
     token_ids = choice.get("token_ids")
     prompt_token_ids = body.get("prompt_token_ids")
+    if markers is not None and token_ids is not None and prompt_token_ids is not None:
+        thinking = thinking_span(prompt_token_ids, token_ids, markers)
+    else:
+        thinking = _parser_thinking(reasoning, content, usage)
     return {
         "reasoning": reasoning,
         "content": content,
@@ -54,8 +75,8 @@ def parse_completion(body: dict) -> dict:
         "token_ids": token_ids,
         "prompt_tokens": usage.get("prompt_tokens", len(prompt_token_ids or ())),
         "completion_tokens": usage.get("completion_tokens", len(token_ids or ())),
+        "thinking_tokens": thinking.tokens,
         "truncated": finish_reason == "length",
-        # The answer never left the thinking block: thinking but no answer text after it.
-        "unfinished_thinking": bool(reasoning) and not (content or "").strip(),
+        "unfinished_thinking": thinking.unfinished,
         "server_model": body.get("model"),
     }

@@ -6,12 +6,18 @@ an error simply gets a newer row, and :func:`load_samples` keeps the latest row 
 (shard names sort by creation time). The done-set of a resumed run is the prompts whose latest row
 is ``ok``; errors are retried.
 
+Beside the shards, ``quality.parquet`` holds each latest row's quality class (keyed by ``prompt_id`` and
+``finished_at``, so a newer row of the same prompt is never given an older row's class) and, in its
+schema metadata, the rules it was classified by. :func:`load_classified` joins it in; rows it does not
+cover (captured since, or before classes existed) are classified on read with those rules.
+
 Writing happens on one background thread so that the asyncio loop sending requests never waits for
 compression or disk.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -22,9 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle_assets.generation.quality import QUALITY_SCHEMA, QualityRules, classify_samples
 from eagle_assets.storage import combined_hash, list_column_parts, remove_stale_temporaries, write_parquet
 
 SHARD_GLOB = "shard-*.parquet"
+QUALITY_FILE = "quality.parquet"
+_RULES_KEY = b"quality_rules"
 
 SCHEMA = pa.schema(
     [
@@ -39,6 +48,7 @@ SCHEMA = pa.schema(
         ("token_ids", pa.list_(pa.int32())),
         ("prompt_tokens", pa.int32()),
         ("completion_tokens", pa.int32()),
+        ("thinking_tokens", pa.int32()),  # null: no thinking section, or not known (rows before it existed)
         ("truncated", pa.bool_()),
         ("unfinished_thinking", pa.bool_()),
         ("sampling", pa.string()),  # JSON of the request's sampling parameters
@@ -63,9 +73,9 @@ def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
     """
     if columns is not None and "prompt_id" not in columns:
         columns = ["prompt_id", *columns]
-    tables = [pq.read_table(path, columns=columns) for path in shard_paths(folder)]
+    schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+    tables = [_read_shard(path, schema) for path in shard_paths(folder)]
     if not tables:
-        schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
         return schema.empty_table()
     rows = pa.concat_tables(tables, promote_options="default")
     order = pa.array(range(rows.num_rows), pa.int64())
@@ -78,6 +88,54 @@ def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
     return picked.take(pc.sort_indices(picked, [("prompt_id", "ascending")]))
 
 
+def _read_shard(path: Path, schema: pa.Schema) -> pa.Table:
+    """One shard as ``schema``; columns added to the schema since it was written come back null."""
+    table = pq.read_table(path, columns=[name for name in schema.names if name in pq.read_schema(path).names])
+    for field in schema:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(schema.names)
+
+
+def write_quality(folder: Path, samples: pa.Table, rules: QualityRules) -> pa.Table:
+    """Classify ``samples`` (the latest rows of ``folder``) by ``rules`` and store the classes beside them."""
+    classes = classify_samples(samples, rules)
+    meta = {_RULES_KEY: json.dumps(rules.as_dict(), sort_keys=True).encode()}
+    write_parquet(classes.replace_schema_metadata(meta), Path(folder) / QUALITY_FILE)
+    return classes
+
+
+def _stored_quality(folder: Path) -> tuple[pa.Table | None, QualityRules]:
+    path = Path(folder) / QUALITY_FILE
+    if not path.exists():
+        return None, QualityRules()
+    table = pq.read_table(path)
+    rules = QualityRules(**json.loads((table.schema.metadata or {}).get(_RULES_KEY, b"{}")))
+    return table.replace_schema_metadata(None), rules
+
+
+def load_classified(folder: Path) -> tuple[pa.Table, QualityRules]:
+    """:func:`load_samples` with ``quality`` and ``loop_start`` columns, and the rules they come from."""
+    samples = load_samples(folder)
+    stored, rules = _stored_quality(folder)
+    if stored is None:
+        classes = classify_samples(samples, rules)
+    else:
+        keys = ["prompt_id", "finished_at"]
+        joined = samples.select(keys).join(stored, keys, join_type="left outer", use_threads=False)
+        missing = pc.is_null(joined["quality"])
+        by_id = pc.is_in(samples["prompt_id"], joined.filter(missing)["prompt_id"])
+        known = joined.filter(pc.invert(missing)).select(QUALITY_SCHEMA.names).cast(QUALITY_SCHEMA)
+        classes = pa.concat_tables([known, classify_samples(samples.filter(by_id), rules)])
+    classes = classes.take(pc.sort_indices(classes, [("prompt_id", "ascending")]))  # samples' order
+    return with_classes(samples, classes), rules
+
+
+def with_classes(samples: pa.Table, classes: pa.Table) -> pa.Table:
+    """``samples`` with the ``quality`` and ``loop_start`` columns of ``classes`` (rows in the same order)."""
+    return samples.append_column("quality", classes["quality"]).append_column("loop_start", classes["loop_start"])
+
+
 def done_prompt_ids(folder: Path) -> set[str]:
     """Prompts whose latest row is ``ok``: a resumed run skips them; errors are retried."""
     latest = load_samples(folder, columns=["status"])
@@ -86,9 +144,11 @@ def done_prompt_ids(folder: Path) -> set[str]:
 
 
 def content_hash(samples: pa.Table) -> str:
-    """A hash of what downstream assets read: ids, status, texts and the exact token ids."""
+    """A hash of what downstream assets read: ids, status, texts, the exact token ids and (where
+    ``samples`` carries them) the quality classes."""
     parts: list[bytes | str] = []
-    for name in ("prompt_id", "status", "finish_reason", "reasoning", "content"):
+    names = ("prompt_id", "status", "finish_reason", "reasoning", "content", "quality", "loop_start")
+    for name in (n for n in names if n in samples.column_names):
         parts.append("\x1f".join(repr(v) for v in samples[name].to_pylist()))
     for name in ("prompt_token_ids", "token_ids"):
         parts += list_column_parts(samples[name])
