@@ -77,7 +77,7 @@ def static_sequences(root: Path, partition: str, verifier) -> int:
     messages = {r["prompt_id"]: [dict(m) for m in r["messages"]] for r in rows}
     splits = {r["prompt_id"]: r["split"] for r in rows}
     render, _ = renderer(verifier)
-    built = build_rows(samples, messages, splits, render, Policy(16384, "truncate", "keep", ("train", "validation")))
+    built = build_rows(samples, messages, splits, render, Policy(16384, "truncate", ("train", "validation")))
     write_parquet(built.table(), root / "token_sequences" / partition / "sequences.parquet")
     return len(built.prompt_ids)
 

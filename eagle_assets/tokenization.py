@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,8 +37,10 @@ Renderer = Callable[[list[dict], "str | None", "str | None"], tuple[list[int], l
 class Policy:
     max_length: int
     overlength: str  # "truncate" | "drop"
-    truncated_samples: str  # "keep" | "drop"
     splits: tuple[str, ...]
+    # Quality class -> "keep" | "drop" | "cut" (cut: the completion ends where its loop starts); a class
+    # not named here, and samples without classes, are kept.
+    quality: Mapping[str, str] = field(default_factory=dict)
 
 
 def list_rows(column) -> list:
@@ -60,6 +62,7 @@ class Built:
     prompt_lengths: list[int] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     cut_to_max_length: int = 0
+    cut_at_loop: int = 0
 
     def add(self, prompt_id: str, prompt, completion, origin: str) -> None:
         self.prompt_ids.append(prompt_id)
@@ -96,13 +99,16 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
                policy: Policy) -> Built:
     """One row per usable sample; every other sample counted under the reason it was skipped.
 
+    ``policy.quality`` applies per quality class (the ``quality``/``loop_start`` columns of
+    :func:`~eagle_assets.generation.store.load_classified`).
+
     ``splits`` (prompt id -> split) and ``messages`` are the *current* prompts table's: a sample whose
     prompt has left the table, or whose prompt is now in a split the policy leaves out, makes no row,
     whatever split it was captured under.
     """
     out = Built()
     ids, statuses = _column(samples, "prompt_id"), _column(samples, "status")
-    truncated = _column(samples, "truncated")
+    classes, loop_starts = _column(samples, "quality"), _column(samples, "loop_start")
     prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
     for i, prompt_id in enumerate(ids):
         if statuses[i] != "ok":
@@ -114,10 +120,17 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
         if splits[prompt_id] not in policy.splits:
             out.skipped["other_split"] += 1
             continue
-        if truncated[i] and policy.truncated_samples == "drop":
-            out.skipped["truncated_generation"] += 1
+        action = policy.quality.get(classes[i], "keep")
+        if action == "drop":
+            out.skipped[f"quality_{classes[i]}"] += 1
             continue
         prompt_ids, completion_ids, origin = prompts[i], completions[i], "server_tokens"
+        if action == "cut" and loop_starts[i] is not None and completion_ids is not None:
+            if not loop_starts[i]:  # all of it is the loop: nothing is left to keep
+                out.skipped[f"quality_{classes[i]}"] += 1
+                continue
+            completion_ids = completion_ids[: loop_starts[i]]  # the loop was found on these very ids
+            out.cut_at_loop += 1
         if prompt_ids is None or completion_ids is None or not len(prompt_ids) or not len(completion_ids):
             # Texts are read per rendered row only: the common (server-token) path never builds them.
             prompt_ids, completion_ids = render(

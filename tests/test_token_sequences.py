@@ -79,17 +79,17 @@ def test_masks_cover_exactly_the_completion(storage_root, tiny_verifier, upstrea
     assert check.passed and check.metadata["drift_checked"].value == 9
 
 
-def test_policies_drop_truncated_and_cut_overlong_rows(storage_root, tiny_verifier, upstream):
+def test_policies_drop_a_quality_class_and_cut_overlong_rows(storage_root, tiny_verifier, upstream):
     limit = sorted(upstream["lengths"].values())[6]  # the median row: some rows are cut, some are not
     result = materialize(storage_root, Verifier(model_path=str(tiny_verifier)),
-                         {"truncated_policy": "drop", "max_length": limit, "overlength_policy": "truncate",
+                         {"quality_policy": {"truncated": "drop"}, "max_length": limit, "overlength_policy": "truncate",
                           "splits": ["train", "validation", "heldout"]}, with_check=False)
     assert result.success
     table = sequences(storage_root)
     assert max(table["seq_len"].to_pylist()) <= limit
     assert not any(upstream["samples"][p]["truncated"] for p in table["prompt_id"].to_pylist())
     [mat] = result.asset_materializations_for_node("token_sequences")
-    assert mat.metadata["skipped_truncated_generation"].value == 1
+    assert mat.metadata["skipped_quality_truncated"].value == mat.metadata["samples_truncated"].value == 1
     cut = [r for r in table.to_pylist() if upstream["lengths"][r["prompt_id"]] > limit]
     assert 0 < mat.metadata["cut_to_max_length"].value == len(cut) < table.num_rows
     for row in cut:  # the prompt stays whole and unsupervised; the completion is what gets cut

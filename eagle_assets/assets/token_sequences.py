@@ -12,7 +12,8 @@ from pydantic import Field
 
 from eagle_assets.assets.prompts import FILE_NAME as PROMPTS_FILE
 from eagle_assets.capacity import asset_plan_metadata
-from eagle_assets.generation.store import load_samples
+from eagle_assets.generation.quality import count_classes
+from eagle_assets.generation.store import load_classified, load_samples
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.splits import SPLITS, read_current_splits
 from eagle_assets.storage import write_json, write_parquet
@@ -28,6 +29,22 @@ WARN_COMPLETION_MISMATCH_RATE = 0.1
 DRIFT_SAMPLE_SIZE = 64
 
 
+class QualityPolicy(dg.Config):
+    """Per quality class of ``reasoning_samples``: keep the samples, drop them, or (loops) cut them."""
+
+    truncated: Literal["keep", "drop"] = Field(
+        default="keep", description="Answer cut at max_tokens: keep (still the verifier's own text) or drop.")
+    unfinished_thinking: Literal["keep", "drop"] = Field(
+        default="keep", description="Thinking never closed (no answer): keep or drop.")
+    empty_answer: Literal["keep", "drop"] = Field(
+        default="keep", description="Nothing after the thinking: keep or drop.")
+    trivial_reasoning: Literal["keep", "drop"] = Field(
+        default="keep", description="Thinking shorter than reasoning_samples' min_thinking_tokens: keep or drop.")
+    repetition_loop: Literal["keep", "drop", "cut"] = Field(
+        default="keep", description="A repetition loop: keep, drop, or cut (the completion ends where the loop "
+        "starts, unsupervised after that).")
+
+
 class TokenSequencesConfig(dg.Config):
     """Launchpad settings of the ``token_sequences`` asset."""
 
@@ -36,10 +53,10 @@ class TokenSequencesConfig(dg.Config):
         default="truncate",
         description="Rows longer than max_length: truncate the completion to fit, or drop the row.",
     )
-    truncated_policy: Literal["keep", "drop"] = Field(
-        default="keep",
-        description="Samples whose generation hit max_tokens (finish_reason 'length'): keep them (still the "
-        "verifier's own text) or drop them.",
+    quality_policy: QualityPolicy = Field(
+        default_factory=QualityPolicy,
+        description="What becomes of samples per quality class (reasoning_samples classifies them); ok samples "
+        "are always kept, errors have no tokens.",
     )
     splits: list[str] = Field(
         default=list(SPLITS),
@@ -101,26 +118,28 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         mask of 0 on the prompt and 1 on the thinking, answer and stop token.
 
         Server token ids are used as they are; samples without them are rendered through the
-        verifier's chat template. Error rows, other splits and (by policy) truncated or overlong
-        samples are counted by reason, never silently lost.
+        verifier's chat template. Error rows, other splits and (by policy) overlong samples or
+        samples of a quality class (``quality_policy``) are counted by reason, never silently lost.
         """
         partition = context.partition_key
         started = time.monotonic()
-        samples = load_samples(storage.path("reasoning_samples", partition))
+        samples, rules = load_classified(storage.path("reasoning_samples", partition))
         messages = _messages(storage, partition)
         try:
             splits = {pid: split for pid, (split, _) in read_current_splits(storage.root, partition).items()}
         except FileNotFoundError as err:
             raise dg.Failure(description=str(err)) from None
         render, tokenizer = renderer(verifier)
-        policy = Policy(config.max_length, config.overlength_policy, config.truncated_policy, tuple(config.splits))
+        policy = Policy(config.max_length, config.overlength_policy, tuple(config.splits),
+                        config.quality_policy.model_dump())
         built = build_rows(samples, messages, splits, render, policy)
         table = built.table()
         folder = storage.path("token_sequences", partition)
         path = write_parquet(table, folder / FILE_NAME)
         drift = measure_drift(samples, messages, render, config.drift_sample_size)
         version = content_hash(table)
-        write_json({"policy": config.model_dump(), "verifier": str(verifier.resolved_model_path()),
+        write_json({"policy": config.model_dump(), "quality_rules": rules.as_dict(),
+                    "verifier": str(verifier.resolved_model_path()),
                     "verifier_identity": verifier.identity(), "template_hash": template_hash(tokenizer),
                     "drift": drift.metadata(), "content_hash": version}, folder / REPORT_FILE)
         seq_lens = table["seq_len"].to_pylist()
@@ -145,6 +164,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "server_tokens_rows": origins.count("server_tokens"),
                 "rendered_rows": origins.count("rendered"),
                 "cut_to_max_length": built.cut_to_max_length,
+                "cut_at_loop": built.cut_at_loop,
+                **{f"samples_{name}": n for name, n in count_classes(samples["quality"].to_pylist()).items()},
                 **{f"skipped_{reason}": n for reason, n in sorted(built.skipped.items())},
                 **drift.metadata(),
                 "template_hash": template_hash(tokenizer),
