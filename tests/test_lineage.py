@@ -169,6 +169,8 @@ def test_show_prints_the_chain(chain):
     order = [next(i for i, line in enumerate(lines) if asset in line)
              for asset in ("prompts[", "reasoning_samples[", "token_sequences[", "hidden_states[", "eagle3_checkpoint")]
     assert order == sorted(order)
+    # token_sequences' policy, per quality class too, is part of the chain.
+    assert '"quality_policy": {' in lines[order[2]]
 
 
 def test_verify_passes_on_an_intact_chain(chain):
