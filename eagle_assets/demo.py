@@ -123,7 +123,8 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
 
 
 def outcome(instance: dg.DagsterInstance) -> list[str]:
-    """The demo's last lines: ``checkpoint=<path>``, ``acceptance_length=<τ>`` (held-out, in-distribution),
+    """The demo's last lines: ``checkpoint=<path>``, the captured samples' quality shares,
+    ``acceptance_length=<τ>`` (held-out, in-distribution),
     ``ood_acceptance_length=<τ>`` (the out-of-distribution set, when evaluated) and the lineage summary,
     from the latest checkpoint and evaluation materializations (empty when the graph has neither)."""
     from eagle_assets.lineage import LineageError, read_lineage, summary_lines
@@ -133,6 +134,14 @@ def outcome(instance: dg.DagsterInstance) -> list[str]:
         return []
     path = checkpoint.asset_materialization.metadata["path"].value
     lines = [f"checkpoint={path}"]
+    samples = instance.get_latest_materialization_event(dg.AssetKey("reasoning_samples"))
+    if samples is not None and "quality/non_ok_share" in samples.asset_materialization.metadata:
+        from eagle_assets.generation.quality import QUALITY_CLASSES
+
+        meta = samples.asset_materialization.metadata
+        shares = ", ".join(f"{name} {meta[f'quality/{name}_share'].value:.1%}" for name in QUALITY_CLASSES
+                           if meta[f"quality/{name}"].value)
+        lines.append(f"sample quality ({samples.asset_materialization.partition}): {shares}")
     evaluation = instance.get_latest_materialization_event(dg.AssetKey("eagle3_eval"))
     if evaluation is not None:
         meta = evaluation.asset_materialization.metadata

@@ -61,6 +61,8 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
     ood = float(_value(output, "ood_acceptance_length"))
     assert 1.5 <= ood <= tau + 0.1, (ood, tau)
     assert re.search(r"out-of-distribution: demo_ood, \d+ prompts", output)
+    # The captured samples' quality classes (issue 13), as shares.
+    assert re.search(r"^sample quality \(demo\): ok \d+\.\d%", output, flags=re.MULTILINE)
     tail = output[output.index("acceptance_length="):]
     assert "lineage:" in tail and "prompts[demo]" in tail
     # The hidden states came from this verifier's backend (tiny-kimi: `kimi`, vLLM's extract_hidden_states).
