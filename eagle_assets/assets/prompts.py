@@ -30,7 +30,7 @@ EXAMPLES_SHOWN = 20
 
 
 class PromptsConfig(dg.Config):
-    """Launchpad settings of the ``prompts`` asset."""
+    """Launchpad settings of the `prompts` asset."""
 
     limit: int | None = Field(
         default=None, ge=1, description="Keep at most this many unique prompts (a seeded uniform sample); empty = all."

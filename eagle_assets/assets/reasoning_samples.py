@@ -28,7 +28,7 @@ EXAMPLES_PER_CLASS = 3
 
 
 class ReasoningSamplesConfig(dg.Config):
-    """Launchpad settings of the ``reasoning_samples`` asset."""
+    """Launchpad settings of the `reasoning_samples` asset."""
 
     concurrency: int = Field(default=200, ge=1, description="Requests in flight at once (over all base URLs).")
     temperature: float = Field(default=0.6, ge=0.0, description="Sampling temperature.")
@@ -154,7 +154,7 @@ def _quality_metadata(samples: pa.Table) -> dict:
 
 
 def quality_check_result(meta: dict, limit: float) -> dg.AssetCheckResult:
-    """The non-ok share against ``limit``; a failure names the classes, their shares and what to change."""
+    """The non-ok share against `limit`; a failure names the classes, their shares and what to change."""
     share = meta["quality/non_ok_share"]
     found = sorted(((meta[f"quality/{name}_share"], name) for name in QUALITY_CLASSES if name != "ok"
                     and meta[f"quality/{name}"]), reverse=True)
@@ -212,11 +212,11 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     ) -> dg.MaterializeResult:
         """The verifier's own reasoning and answer for every prompt of the partition, with exact tokens.
 
-        One request per prompt to the vLLM server (reasoning parser on), up to ``max_tokens`` new
-        tokens, ``concurrency`` in flight. Rows are appended to Parquet shards as they finish; a
+        One request per prompt to the vLLM server (reasoning parser on), up to `max_tokens` new
+        tokens, `concurrency` in flight. Rows are appended to Parquet shards as they finish; a
         re-materialization skips prompts that already have an ok sample and retries the errors.
-        Every sample is then given a quality class by the current rules (``quality.parquet`` beside
-        the shards; :mod:`eagle_assets.generation.quality` says which class wins when several apply).
+        Every sample is then given a quality class by the current rules (`quality.parquet` beside
+        the shards; `eagle_assets.generation.quality` says which class wins when several apply).
         """
         name = context.partition_key
         prompts = _read_prompts(storage, name, config.splits)

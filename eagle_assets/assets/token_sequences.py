@@ -30,7 +30,7 @@ DRIFT_SAMPLE_SIZE = 64
 
 
 class QualityPolicy(dg.Config):
-    """Per quality class of ``reasoning_samples``: keep the samples, drop them, or (loops) cut them."""
+    """Per quality class of `reasoning_samples`: keep the samples, drop them, or (loops) cut them."""
 
     truncated: Literal["keep", "drop"] = Field(
         default="keep", description="Answer cut at max_tokens: keep (still the verifier's own text) or drop.")
@@ -46,7 +46,7 @@ class QualityPolicy(dg.Config):
 
 
 class TokenSequencesConfig(dg.Config):
-    """Launchpad settings of the ``token_sequences`` asset."""
+    """Launchpad settings of the `token_sequences` asset."""
 
     max_length: int = Field(default=16384, ge=2, description="Longest row kept, in tokens (prompt + completion).")
     overlength_policy: Literal["truncate", "drop"] = Field(
@@ -119,7 +119,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         Server token ids are used as they are; samples without them are rendered through the
         verifier's chat template. Error rows, other splits and (by policy) overlong samples or
-        samples of a quality class (``quality_policy``) are counted by reason, never silently lost.
+        samples of a quality class (`quality_policy`) are counted by reason, never silently lost.
         """
         partition = context.partition_key
         started = time.monotonic()
