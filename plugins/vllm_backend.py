@@ -16,6 +16,7 @@ their cache-only hidden-states layer gets its own KV-cache group.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,10 +90,13 @@ class VLLMBackend(VerifierBackend):
         from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import cleanup_hidden_states
 
         num_layers, hidden = len(request.layer_ids), self.hidden_size(model_path)
-        scratch = Path(request.scratch_dir or tempfile.mkdtemp(prefix="vllm-hidden-states-"))
         settings = self.engine_settings(model_path, request)
         done = tokens = 0
-        with HiddenStatesEngine(model_path, request.layer_ids, scratch, settings) as engine:
+        with contextlib.ExitStack() as stack:
+            # A temporary folder is removed here too: an engine that fails to start never exits.
+            scratch = request.scratch_dir or stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="vllm-hidden-states-"))
+            engine = stack.enter_context(HiddenStatesEngine(model_path, request.layer_ids, Path(scratch), settings))
             for key, ids, path in engine.capture(request.sequences, self.window):
                 try:
                     sink(self.read_connector_file(path, key, ids, num_layers, hidden))

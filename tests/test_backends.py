@@ -175,6 +175,33 @@ def test_vllm_engine_config_resolves_the_extraction_setup(tiny_verifier, tmp_pat
     assert not config.cache_config.enable_prefix_caching and not config.scheduler_config.enable_chunked_prefill
 
 
+def test_vllm_extraction_removes_its_temporary_scratch_when_the_engine_fails_to_start(tmp_path, monkeypatch):
+    """No scratch_dir given: the backend's temporary folder goes even though the engine never exits."""
+    import dataclasses
+    import tempfile
+
+    from eagle_assets.plugins import vllm_backend
+
+    class EngineThatFailsToStart:
+        def __init__(self, model_path, layer_ids, scratch, settings):
+            self.scratch = scratch
+
+        def __enter__(self):
+            (self.scratch / "partial.safetensors").touch()
+            raise RuntimeError("engine failed to start")
+
+        def __exit__(self, *exc):  # never called: __enter__ raised
+            raise AssertionError("exited an engine that never started")
+
+    monkeypatch.setattr(vllm_backend, "HiddenStatesEngine", EngineThatFailsToStart)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    backend = dataclasses.replace(VLLM_BACKEND, tensor_parallel_size=1)
+    monkeypatch.setattr(type(backend), "hidden_size", lambda self, model_path: 8)
+    with pytest.raises(RuntimeError, match="engine failed to start"):
+        backend.extract("/models/m", ExtractionRequest([("a", [1, 2, 3])], [1, 2]), sink=lambda sample: None)
+    assert not list(tmp_path.glob("vllm-hidden-states-*"))
+
+
 def test_fp8_storage_selects_hs_connectors_fp8_connector(tmp_path):
     from hs_connectors.fp8_hidden_states_connector import FP8HiddenStatesConnector
 
