@@ -74,7 +74,8 @@ class LogFollower(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        self.join(timeout=5)
+        if self.is_alive():  # also safe when it never started
+            self.join(timeout=5)
 
 
 class CommandFollower(threading.Thread):
@@ -188,4 +189,5 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        self.join(timeout=5)
+        if self.is_alive():  # also safe when it never started
+            self.join(timeout=5)

@@ -301,10 +301,7 @@ class VLLMServer(dg.ConfigurableResource):
                 state = {"pid": proc.pid}
             me = register_user(users_dir)
         heartbeat = Heartbeat(me)
-        heartbeat.start()
-        log_path.touch()  # an attached server's log may have been cleaned away
         follower = LogFollower(log_path, log.info, offset)
-        follower.start()
         pid = state["pid"]
 
         def alive() -> str | None:
@@ -318,6 +315,10 @@ class VLLMServer(dg.ConfigurableResource):
             )
 
         try:
+            # Started inside the try: whatever fails from here on, the user leaves (marker, heartbeat).
+            heartbeat.start()
+            log_path.touch()  # an attached server's log may have been cleaned away
+            follower.start()
             self._wait_ready(self._own_urls(), log, alive)
             yield self._own_urls()
         finally:

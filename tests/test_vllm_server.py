@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import httpx
 import pytest
 
-from eagle_assets.resources import VLLMServer
-from eagle_assets.resources.server_process import port_in_use, stop_process_group
+from eagle_assets.resources import VLLMServer, vllm_server
+from eagle_assets.resources.server_process import VLLM_MODULE, LogFollower, port_in_use, stop_process_group
 from eagle_assets.resources.vllm_server import VLLMServerError
 
 
@@ -35,6 +37,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def fake_vllm() -> subprocess.Popen:
+    """A process that pid_is_vllm takes for a vLLM server (its argv names the module); it serves nothing."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", VLLM_MODULE],
+                            start_new_session=True)
 
 
 def test_command_binds_localhost_and_never_carries_the_api_key(monkeypatch):
@@ -164,3 +172,32 @@ def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(tiny_verif
     attacher.__exit__(None, None, None)
     assert "stopping pid" in log.text()
     assert not port_in_use("127.0.0.1", port) and not list(tmp_path.glob("*.json"))
+
+
+def test_a_failure_before_the_readiness_wait_still_leaves_the_server(tmp_path, monkeypatch):
+    """The heartbeat and the log follower start inside serve()'s try: when starting one fails, the
+    heartbeat stops, the user's marker goes, and the last user out stops the server it launched."""
+    launched: list[subprocess.Popen] = []
+
+    def launch(self, argv, env, fingerprint, state_path, log_path, log):
+        launched.append(fake_vllm())
+        state_path.write_text(json.dumps({"pid": launched[0].pid, "fingerprint": fingerprint, "argv": argv}))
+        return launched[0]
+
+    class BrokenFollower(LogFollower):
+        def start(self):
+            raise OSError("log follower failed to start")
+
+    monkeypatch.setattr(VLLMServer, "_launch", launch)
+    monkeypatch.setattr(vllm_server, "LogFollower", BrokenFollower)
+    server = VLLMServer(model="/models/m", port=free_port(), state_dir=str(tmp_path), stop_grace_s=5)
+    try:
+        with pytest.raises(OSError, match="log follower failed to start"):
+            with server.serve(log=Lines()):
+                pass
+        assert launched[0].poll() is not None  # stopped by its last (only) user
+        assert not any(thread.name.startswith("vllm-user:") for thread in threading.enumerate())
+        assert not [marker for users in tmp_path.glob("*.users") for marker in users.glob("*-*")]
+    finally:
+        launched[0].kill()
+        launched[0].wait()
