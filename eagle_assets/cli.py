@@ -136,8 +136,9 @@ def servers(
     state_dir: Path = typer.Option(None, "--state-dir", help="vllm_server.state_dir, if not the default."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """List the managed vLLM servers eagle-assets started on this host (port, pid, fingerprint, live
-    users, age, idle time, model); stop one with --stop. Servers idle past their grace are stopped."""
+    """List the managed vLLM servers eagle-assets started (port, pid, fingerprint, live users, age, idle
+    time, model); stop one with --stop. Servers idle past their grace are stopped. Where hosts share the
+    state folder, another host's servers are listed as on that host, never checked or stopped from here."""
     import logging
 
     from eagle_assets.runs.servers import servers_json, servers_report

@@ -1,17 +1,23 @@
-"""The managed vLLM servers this project started on this host: list them, stop one, stop idle ones.
+"""The managed vLLM servers this project started: list them, stop one, stop idle ones.
 
-A managed launch leaves ``<host>-<port>.json`` (pid, fingerprint, argv, start time, idle grace) in
-the resource's state folder, and every ``serve()`` a heartbeat-touched marker under
-``<host>-<port>.users/``. A server is idle when no marker belongs to a live process; its idle time
-counts from the last heartbeat. A kept-alive or orphaned server (its last user was killed) idle for
+A managed launch leaves ``<host>-<port>.json`` (pid, fingerprint, argv, start time, idle grace, the
+machine's host name) in the resource's state folder, and every ``serve()`` a heartbeat-touched marker
+under ``<host>-<port>.users/``. A server is idle when no marker belongs to a live process; its idle
+time counts from the last heartbeat. A kept-alive or orphaned server (its last user was killed) idle for
 longer than its grace is stopped by the next run or command that looks, so a crash never holds the
 GPUs overnight, while a run restarted within the grace attaches instead of reloading the model.
+
+A state folder may be shared by several machines (a storage root or home on NFS). Servers another
+machine launched are listed, but never probed, stopped or forgotten from here: their pids and user
+markers mean nothing on this host. A state file without a host name (written before they were
+recorded) is taken for this host's.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +26,11 @@ from eagle_assets.resources.server_process import last_seen, live_users, pid_is_
 
 DEFAULT_IDLE_STOP_S = 3600.0
 DEFAULT_STOP_GRACE_S = 30.0
+HOSTNAME_KEY = "hostname"  # the state file's record of the machine that launched the server
+
+
+def this_host() -> str:
+    return socket.gethostname()
 
 
 @dataclass
@@ -27,14 +38,19 @@ class ManagedServer:
     name: str  # "<host>-<port>", the state files' stem
     port: int
     pid: int
-    alive: bool
+    alive: bool | None  # None: on another host, not checked from here
     model: str
     fingerprint: str
-    users: int
+    users: int | None  # None: on another host, not checked from here
     started_at: float
     idle_since: float | None  # None while a user is live
     idle_stop_after_s: float  # 0 = never stopped for idleness
     keep_alive: bool
+    hostname: str  # the machine that launched it
+
+    @property
+    def local(self) -> bool:
+        return self.hostname == this_host()
 
     @property
     def age_s(self) -> float:
@@ -63,15 +79,20 @@ def read_server(state_path: Path) -> ManagedServer | None:
         return None
     argv = state.get("argv", [])
     model = argv[argv.index("--model") + 1] if "--model" in argv else "?"
+    hostname = state.get(HOSTNAME_KEY) or this_host()
     users_dir = state_path.with_suffix(".users")
-    users = live_users(users_dir) if users_dir.is_dir() else 0
+    if hostname == this_host():
+        alive = pid_is_vllm(state["pid"])
+        users = live_users(users_dir) if users_dir.is_dir() else 0  # (removes dead users' markers)
+        idle_since = None if users else (last_seen(users_dir) or state.get("started_at"))
+    else:
+        alive = users = idle_since = None
     return ManagedServer(
         name=state_path.stem, port=int(state_path.stem.rsplit("-", 1)[1]), pid=state["pid"],
-        alive=pid_is_vllm(state["pid"]), model=model, fingerprint=state.get("fingerprint", "?"), users=users,
-        started_at=state.get("started_at", state_path.stat().st_mtime),
-        idle_since=None if users else (last_seen(users_dir) or state.get("started_at")),
+        alive=alive, model=model, fingerprint=state.get("fingerprint", "?"), users=users,
+        started_at=state.get("started_at", state_path.stat().st_mtime), idle_since=idle_since,
         idle_stop_after_s=state.get("idle_stop_after_s", DEFAULT_IDLE_STOP_S),
-        keep_alive=not state.get("stop_when_unused", True),
+        keep_alive=not state.get("stop_when_unused", True), hostname=hostname,
     )
 
 
@@ -81,8 +102,13 @@ def list_servers(state_dir: Path) -> list[ManagedServer]:
 
 def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> bool:
     """Stop the server ``name`` (``<host>-<port>`` or a port) and forget it; under its lock, so no
-    ``serve()`` attaches meanwhile. ``only_if_idle``: leave it when a user appeared. True if stopped."""
+    ``serve()`` attaches meanwhile. ``only_if_idle``: leave it when a user appeared. True if stopped.
+    A server of another host is refused (ValueError): its pid means nothing here."""
     state_path = _state_path(Path(state_dir), name)
+    server = read_server(state_path)
+    if server is not None and not server.local:
+        raise ValueError(f"vLLM server {server.name} runs on host {server.hostname}, not on this one "
+                         f"({this_host()}); stop it there: `eagle-assets servers --stop {server.name}`")
     with open(state_path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         server = read_server(state_path)
@@ -99,11 +125,11 @@ def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> 
 
 
 def stop_idle_servers(state_dir: Path, log, keep: str | None = None) -> list[ManagedServer]:
-    """Stop every server idle for longer than its grace (except ``keep``, the caller's own), and forget
-    servers whose process is gone. Returns the servers stopped."""
+    """Stop every server of this host idle for longer than its grace (except ``keep``, the caller's own),
+    and forget those whose process is gone. Returns the servers stopped."""
     stopped = []
     for server in list_servers(state_dir):
-        if server.name == keep:
+        if server.name == keep or not server.local:
             continue
         if not server.alive:
             (Path(state_dir) / f"{server.name}.json").unlink(missing_ok=True)
@@ -118,6 +144,8 @@ def stop_idle_servers(state_dir: Path, log, keep: str | None = None) -> list[Man
 def _state_path(state_dir: Path, name: str) -> Path:
     if name.isdigit():  # a bare port: the one server on it
         matches = [p for p in state_files(state_dir) if p.stem.rsplit("-", 1)[1] == name]
+        if len(matches) > 1:  # several hosts share the folder: this host's
+            matches = [p for p in matches if (server := read_server(p)) is not None and server.local] or matches
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:

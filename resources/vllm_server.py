@@ -52,7 +52,7 @@ from eagle_assets.resources.server_process import (
     register_user,
     stop_process_group,
 )
-from eagle_assets.resources.server_registry import DEFAULT_IDLE_STOP_S, stop_idle_servers
+from eagle_assets.resources.server_registry import DEFAULT_IDLE_STOP_S, HOSTNAME_KEY, stop_idle_servers, this_host
 from eagle_assets.storage import write_json
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -369,7 +369,8 @@ class VLLMServer(dg.ConfigurableResource):
             )
         write_json({"pid": proc.pid, "fingerprint": fingerprint, "argv": argv, "log": str(log_path),
                     "started_at": time.time(), "stop_when_unused": not self.keep_alive,
-                    "idle_stop_after_s": self.idle_stop_after_s, "stop_grace_s": self.stop_grace_s}, state_path)
+                    "idle_stop_after_s": self.idle_stop_after_s, "stop_grace_s": self.stop_grace_s,
+                    HOSTNAME_KEY: this_host()}, state_path)
         return proc
 
     def _systemctl(self, *args: str) -> subprocess.CompletedProcess:

@@ -39,10 +39,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# A process that pid_is_vllm takes for a vLLM server (its argv names the module); it serves nothing.
+FAKE_VLLM = [sys.executable, "-c", "import time; time.sleep(120)", VLLM_MODULE]
+
+
 def fake_vllm() -> subprocess.Popen:
-    """A process that pid_is_vllm takes for a vLLM server (its argv names the module); it serves nothing."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", VLLM_MODULE],
-                            start_new_session=True)
+    return subprocess.Popen(FAKE_VLLM, start_new_session=True)
 
 
 def test_command_binds_localhost_and_never_carries_the_api_key(monkeypatch):

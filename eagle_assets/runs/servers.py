@@ -1,4 +1,5 @@
-"""``eagle-assets servers``: the managed vLLM servers of this host, as lines of text."""
+"""``eagle-assets servers``: the managed vLLM servers of a state folder, as lines of text (those another
+host launched, where hosts share the folder, are listed as on that host and never checked or stopped)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,23 @@ HEADER = f"{'SERVER':<22} {'PID':>8} {'FINGERPRINT':<16} {'USERS':>5} {'AGE':>7}
 
 
 def server_line(server: ManagedServer) -> str:
-    if not server.alive:
+    if not server.local:
+        idle = "?"
+    elif not server.alive:
         idle = "dead"
     elif server.idle_since is None:
         idle = "-"
     else:
         idle = short_duration(server.idle_s)
-    stop = f" (stops when idle {short_duration(server.idle_stop_after_s)})" if server.idle_stop_after_s else " (never idle-stopped)"
-    return (f"{server.name:<22} {server.pid:>8} {server.fingerprint:<16} {server.users:>5} {short_duration(server.age_s):>7} "
-            f"{idle:>7}  {server.model}{stop}")
+    users = "?" if server.users is None else server.users
+    if not server.local:
+        note = f" (on host {server.hostname}: not checked or stopped from here)"
+    elif server.idle_stop_after_s:
+        note = f" (stops when idle {short_duration(server.idle_stop_after_s)})"
+    else:
+        note = " (never idle-stopped)"
+    return (f"{server.name:<22} {server.pid:>8} {server.fingerprint:<16} {users:>5} {short_duration(server.age_s):>7} "
+            f"{idle:>7}  {server.model}{note}")
 
 
 def _look(state_dir: Path | None, stop: str | None, log) -> tuple[Path, list[str]]:

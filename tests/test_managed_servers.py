@@ -1,0 +1,85 @@
+"""The managed-server registry (``eagle-assets servers``, the idle stop every run does first) on state
+files written by hand, with fake vLLM processes: no server is started."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from test_vllm_server import FAKE_VLLM, Lines, fake_vllm
+
+from eagle_assets.resources import VLLMServer
+from eagle_assets.resources.server_registry import HOSTNAME_KEY, read_server, stop_idle_servers, stop_server, this_host
+from eagle_assets.runs.servers import servers_json, servers_report
+
+
+def dead_pid() -> int:
+    proc = fake_vllm()
+    proc.kill()
+    proc.wait()
+    return proc.pid
+
+
+def write_state(state_dir: Path, name: str, pid: int, hostname: str | None, **fields) -> Path:
+    """A state file as a launch leaves it, idle past its grace (so this host's would be stopped)."""
+    state = {"pid": pid, "fingerprint": "f" * 16, "argv": ["python", "--model", "/models/m"],
+             "started_at": time.time() - 600, "idle_stop_after_s": 1, "stop_grace_s": 1, **fields}
+    if hostname is not None:
+        state[HOSTNAME_KEY] = hostname
+    path = state_dir / f"{name}.json"
+    path.write_text(json.dumps(state))
+    return path
+
+
+@pytest.fixture
+def live_server():
+    proc = fake_vllm()
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_launch_records_its_host(tmp_path):
+    server = VLLMServer(model="/models/m", state_dir=str(tmp_path))
+    proc = server._launch(FAKE_VLLM, {}, "f" * 16, tmp_path / "a.json", tmp_path / "a.log", Lines())
+    try:
+        assert json.loads((tmp_path / "a.json").read_text())[HOSTNAME_KEY] == this_host()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_another_hosts_servers_are_listed_but_never_probed_stopped_or_forgotten(tmp_path, live_server):
+    """A state folder shared over NFS: the other host's pids mean nothing here (here one is even a live
+    "vLLM" process, which a probe would take for that server and an idle stop would kill)."""
+    busy = write_state(tmp_path, "127.0.0.1-8000", live_server.pid, "other-host")
+    marker = busy.with_suffix(".users") / f"{dead_pid()}-abcd1234"  # a user on the other host
+    marker.parent.mkdir()
+    marker.touch()
+    gone = write_state(tmp_path, "127.0.0.1-8001", dead_pid(), "other-host")
+    log = Lines()
+
+    report = "\n".join(servers_report(tmp_path, None, log))
+    assert report.count("on host other-host: not checked or stopped from here") == 2
+    [listed, _] = json.loads(servers_json(tmp_path, None, log)[0])
+    assert listed["hostname"] == "other-host" and listed["alive"] is None and listed["users"] is None
+    with pytest.raises(ValueError, match="runs on host other-host, not on this one"):
+        stop_server(tmp_path, "8000", log)
+    assert stop_idle_servers(tmp_path, log) == []
+    assert live_server.poll() is None and busy.exists() and gone.exists() and marker.exists()
+
+
+def test_a_state_file_without_a_host_is_this_hosts(tmp_path):
+    """Files written before hosts were recorded: their dead server is forgotten as before."""
+    old = write_state(tmp_path, "127.0.0.1-8000", dead_pid(), hostname=None)
+    assert read_server(old).local
+    stop_idle_servers(tmp_path, Lines())
+    assert not old.exists()
+
+
+def test_an_idle_server_of_this_host_is_still_stopped(tmp_path, live_server):
+    mine = write_state(tmp_path, "127.0.0.1-8000", live_server.pid, this_host())
+    assert [s.name for s in stop_idle_servers(tmp_path, Lines())] == ["127.0.0.1-8000"]
+    assert live_server.wait(timeout=10) is not None and not mine.exists()
