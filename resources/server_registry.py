@@ -19,6 +19,8 @@ import fcntl
 import json
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -109,8 +111,7 @@ def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> 
     if server is not None and not server.local:
         raise ValueError(f"vLLM server {server.name} runs on host {server.hostname}, not on this one "
                          f"({this_host()}); stop it there: `eagle-assets servers --stop {server.name}`")
-    with open(state_path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(state_path):
         server = read_server(state_path)
         if server is None:
             return False
@@ -132,13 +133,30 @@ def stop_idle_servers(state_dir: Path, log, keep: str | None = None) -> list[Man
         if server.name == keep or not server.local:
             continue
         if not server.alive:
-            (Path(state_dir) / f"{server.name}.json").unlink(missing_ok=True)
+            _forget_if_dead(Path(state_dir) / f"{server.name}.json")
         elif server.expired:
             log.info(f"vLLM server {server.name} (pid {server.pid}, {server.model}) has had no live user for "
                      f"{server.idle_s:.0f}s (grace {server.idle_stop_after_s:g}s): stopping it")
             if stop_server(state_dir, server.name, log, only_if_idle=True):
                 stopped.append(server)
     return stopped
+
+
+@contextmanager
+def _locked(state_path: Path) -> Iterator[None]:
+    """The server's lock: ``serve()`` holds it to check-then-launch and to leave."""
+    with open(state_path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _forget_if_dead(state_path: Path) -> None:
+    """Drop the state file under the lock, if its server is still dead then: a ``serve()`` may have
+    launched a new server on that port (and written its state) since the file was read."""
+    with _locked(state_path):
+        server = read_server(state_path)
+        if server is not None and server.local and not server.alive:
+            state_path.unlink(missing_ok=True)
 
 
 def _state_path(state_dir: Path, name: str) -> Path:

@@ -3,7 +3,9 @@ files written by hand, with fake vLLM processes: no server is started."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -83,3 +85,19 @@ def test_an_idle_server_of_this_host_is_still_stopped(tmp_path, live_server):
     mine = write_state(tmp_path, "127.0.0.1-8000", live_server.pid, this_host())
     assert [s.name for s in stop_idle_servers(tmp_path, Lines())] == ["127.0.0.1-8000"]
     assert live_server.wait(timeout=10) is not None and not mine.exists()
+
+
+def test_a_dead_servers_state_is_forgotten_under_its_lock_and_only_if_still_dead(tmp_path, live_server):
+    """The race: the idle stop reads a dead server's state while a serve() holds the lock, launches a
+    new server on that port and writes its state; the new state must survive."""
+    state = write_state(tmp_path, "127.0.0.1-8000", dead_pid(), this_host())
+    with open(state.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # what serve() holds while it launches
+        looking = threading.Thread(target=stop_idle_servers, args=(tmp_path, Lines()))
+        looking.start()
+        time.sleep(0.5)
+        assert state.exists()  # waiting for the lock
+        write_state(tmp_path, "127.0.0.1-8000", live_server.pid, this_host(), idle_stop_after_s=3600)
+    looking.join(timeout=10)
+    assert not looking.is_alive()
+    assert json.loads(state.read_text())["pid"] == live_server.pid
