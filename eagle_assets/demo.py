@@ -16,7 +16,7 @@ import dagster as dg
 from eagle_assets.demo_display import StageDisplay, display_logger, materialization_line
 from eagle_assets.embedded_verifiers import DEFAULT_EMBEDDED
 from eagle_assets.jobs import DATASET, DRAFT, plan, stage_job_name, with_pipeline_jobs
-from eagle_assets.runs import in_process_runs
+from eagle_assets.runs import configured_state_dir, in_process_runs
 
 
 # Demo-sized settings on top of the assets' own (production) defaults, for the assets the graph has.
@@ -87,7 +87,8 @@ def run_demo(
     results = []
     # Runs killed earlier on this host are failed and their pool slots freed first; a wait on the gpu
     # pool is reported and ends on SIGTERM/Ctrl-C; every run records this process as its worker.
-    with in_process_runs(instance, by="eagle-assets demo") as worker:
+    state_dir = configured_state_dir(defs.resolve_implicit_global_asset_job_def())
+    with in_process_runs(instance, by="eagle-assets demo", state_dir=state_dir) as worker:
         for job_name, selection, partition_key in runs:
             if not selection:
                 continue

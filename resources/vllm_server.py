@@ -68,6 +68,11 @@ def default_state_dir() -> Path:
     return Path(cache) / "vllm-servers"
 
 
+def server_state_dir(configured: str | Path | None) -> Path:
+    """The managed servers' state folder: ``configured`` (``vllm_server.state_dir``), else the default."""
+    return Path(configured) if configured else default_state_dir()
+
+
 class VLLMServer(dg.ConfigurableResource):
     """An OpenAI-compatible vLLM server: ``with server.serve(log=context.log) as base_urls: ...``."""
 
@@ -205,7 +210,7 @@ class VLLMServer(dg.ConfigurableResource):
         return [f"http://{self._client_host()}:{self.port}/v1"]
 
     def _state_paths(self) -> tuple[Path, Path, Path]:
-        folder = Path(self.state_dir) if self.state_dir else default_state_dir()
+        folder = server_state_dir(self.state_dir)
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"{self.host or 'all'}-{self.port}"
         return folder / f"{stem}.json", folder / f"{stem}.log", folder / f"{stem}.lock"

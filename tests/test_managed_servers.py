@@ -1,5 +1,6 @@
 """The managed-server registry (``eagle-assets servers``, the idle stop every run does first) on state
-files written by hand, with fake vLLM processes: no server is started."""
+files written by hand, with fake vLLM processes: no server is started. Which state folder a run looks
+at: its ``vllm_server`` resource's."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import threading
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from test_vllm_server import FAKE_VLLM, Lines, fake_vllm
 
 from eagle_assets.resources import VLLMServer
 from eagle_assets.resources.server_registry import HOSTNAME_KEY, read_server, stop_idle_servers, stop_server, this_host
+from eagle_assets.runs import configured_state_dir
+from eagle_assets.runs.executor import recorded_executor
 from eagle_assets.runs.servers import servers_json, servers_report
 
 
@@ -101,3 +105,57 @@ def test_a_dead_servers_state_is_forgotten_under_its_lock_and_only_if_still_dead
     looking.join(timeout=10)
     assert not looking.is_alive()
     assert json.loads(state.read_text())["pid"] == live_server.pid
+
+
+@dg.asset
+def needs_the_server(vllm_server: VLLMServer) -> None:
+    """Only asks for the resource (never serves): its job then carries the vllm_server config."""
+
+
+def job_of(server: VLLMServer, **definitions) -> dg.JobDefinition:
+    return dg.Definitions(assets=[needs_the_server], resources={"vllm_server": server},
+                          jobs=[dg.define_asset_job("with_a_server")], **definitions).resolve_job_def("with_a_server")
+
+
+def job_with_a_managed_server() -> dg.JobDefinition:
+    return job_of(VLLMServer(), executor=recorded_executor)
+
+
+def test_the_configured_state_dir_is_the_resources_with_the_run_configs_over_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SERVER_STATE", str(tmp_path / "from-env"))
+    assert configured_state_dir(job_of(VLLMServer())) == tmp_path / "cache" / "vllm-servers"
+    assert configured_state_dir(job_of(VLLMServer(state_dir=str(tmp_path / "set")))) == tmp_path / "set"
+    assert configured_state_dir(job_of(VLLMServer(state_dir=dg.EnvVar("SERVER_STATE")))) == tmp_path / "from-env"
+    run_config = {"resources": {"vllm_server": {"config": {"state_dir": str(tmp_path / "run")}}}}
+    assert configured_state_dir(job_of(VLLMServer(state_dir="set")), run_config) == tmp_path / "run"
+
+
+def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypatch):
+    """The executor's reconcile looks in the run's state folder, not only in the default one."""
+    monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
+    configured, default = tmp_path / "configured", tmp_path / "cache" / "vllm-servers"
+    configured.mkdir()
+    default.mkdir(parents=True)
+    in_configured = write_state(configured, "127.0.0.1-8000", dead_pid(), this_host())
+    in_default = write_state(default, "127.0.0.1-8000", dead_pid(), this_host())
+    run_config = {"resources": {"vllm_server": {"config": {"state_dir": str(configured)}}},
+                  "execution": {"config": {"in_process": {}}}}
+    with dg.DagsterInstance.local_temp(str(tmp_path)) as instance:
+        result = dg.execute_job(dg.reconstructable(job_with_a_managed_server), instance, run_config=run_config)
+        assert result.success
+    assert not in_configured.exists() and in_default.exists()
+
+
+def test_the_demo_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypatch):
+    from eagle_assets.demo import run_demo
+
+    monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
+    configured = tmp_path / "configured"
+    configured.mkdir()
+    in_configured = write_state(configured, "127.0.0.1-8000", dead_pid(), this_host())
+    defs = dg.Definitions(assets=[needs_the_server], resources={"vllm_server": VLLMServer(state_dir=str(configured))})
+    with dg.DagsterInstance.ephemeral() as instance:
+        [result] = run_demo(defs, instance, "demo")
+        assert result.success
+    assert not in_configured.exists()

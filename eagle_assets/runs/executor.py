@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from eagle_assets.runs import reconcile
+from eagle_assets.runs import configured_state_dir, reconcile
 from eagle_assets.runs.pool_watch import PoolWaitWatcher
 from eagle_assets.runs.worker import worker_tags
 
@@ -31,7 +31,8 @@ class WorkerRecordingExecutor(dg.Executor):
     def execute(self, plan_context, execution_plan) -> Iterator[dg.DagsterEvent]:
         instance = plan_context.instance
         instance.add_run_tags(plan_context.run_id, worker_tags())
-        reconcile(instance, plan_context.log, by=f"run {plan_context.run_id[:8]}")
+        state_dir = configured_state_dir(plan_context.job.get_definition(), plan_context.run_config)
+        reconcile(instance, plan_context.log, by=f"run {plan_context.run_id[:8]}", state_dir=state_dir)
         with PoolWaitWatcher(instance, plan_context.log):
             yield from self.inner.execute(plan_context, execution_plan)
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from eagle_assets.resources.server_registry import ManagedServer, list_servers, stop_idle_servers, stop_server
-from eagle_assets.resources.vllm_server import default_state_dir
+from eagle_assets.resources.vllm_server import server_state_dir
 from eagle_assets.runs.pool_watch import short_duration
 
 HEADER = f"{'SERVER':<22} {'PID':>8} {'FINGERPRINT':<16} {'USERS':>5} {'AGE':>7} {'IDLE':>7}  MODEL"
@@ -35,7 +35,7 @@ def server_line(server: ManagedServer) -> str:
 
 def _look(state_dir: Path | None, stop: str | None, log) -> tuple[Path, list[str]]:
     """Stop ``stop`` if given and every server idle past its grace; what was stopped, as lines."""
-    folder = Path(state_dir) if state_dir else default_state_dir()
+    folder = server_state_dir(state_dir)
     lines = []
     if stop is not None and stop_server(folder, stop, log):
         lines.append(f"stopped {stop}")
