@@ -130,10 +130,13 @@ def demo(
         say("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
 
 
+_STATE_DIR_HELP = "vllm_server.state_dir, if not the default."
+
+
 @app.command()
 def servers(
     stop: str = typer.Option(None, "--stop", help="Stop this server: its port or <host>-<port> (as listed)."),
-    state_dir: Path = typer.Option(None, "--state-dir", help="vllm_server.state_dir, if not the default."),
+    state_dir: Path = typer.Option(None, "--state-dir", help=_STATE_DIR_HELP),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List the managed vLLM servers eagle-assets started (port, pid, fingerprint, live users, age, idle
@@ -249,9 +252,12 @@ def gc(
                                          "and their inputs; older ones are garbage too (default: keep all)."),
     delete: bool = typer.Option(False, "--delete", help="Remove what is listed (default: only list it)."),
     verbose: bool = typer.Option(False, "--verbose", help="List every file instead of counts per folder."),
+    state_dir: Path = typer.Option(None, "--state-dir", help=_STATE_DIR_HELP),
 ) -> None:
     """List (then, with --delete, remove) stored files that neither a current materialization in the
-    Dagster instance ($DAGSTER_HOME) nor a kept checkpoint's lineage.json references."""
+    Dagster instance ($DAGSTER_HOME) nor a kept checkpoint's lineage.json references. Reconciles the
+    instance first, as every run does (dead runs of this host failed, their slots freed; idle managed
+    vLLM servers stopped)."""
     import os
 
     import dagster as dg
@@ -259,12 +265,16 @@ def gc(
     from eagle_assets.capacity.plan import human_bytes
     from eagle_assets.garbage import CollectionRefused, collect_garbage, find_garbage, report_lines
     from eagle_assets.resources.storage import default_root
+    from eagle_assets.runs import reconcile
 
     if not os.environ.get("DAGSTER_HOME"):
         typer.echo("gc reads the current materializations from the Dagster instance: set DAGSTER_HOME to the "
                    "instance that wrote this storage root", err=True)
         raise typer.Exit(2)
     with dg.DagsterInstance.get() as instance:
+        # A run killed on this host stays in progress until reconciled: --delete would refuse for ever,
+        # and its outputs would be judged against an instance that still expects it to finish.
+        reconcile(instance, by="eagle-assets gc", state_dir=state_dir)
         collection = find_garbage(root or default_root(), instance, keep_checkpoints)
         for line in report_lines(collection, verbose):
             typer.echo(line)

@@ -14,6 +14,9 @@ asset, all recorded in one Dagster instance at $DAGSTER_HOME:
 # No `from __future__ import annotations`: Dagster reads the test assets' annotations at runtime.
 
 import os
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -141,3 +144,23 @@ def test_gc_without_an_instance_is_a_clear_error(tmp_path, monkeypatch):
     result = runner.invoke(app, ["gc", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "set DAGSTER_HOME" in result.output
     assert not os.listdir(tmp_path)
+
+
+def test_gc_reconciles_first_so_a_killed_run_does_not_block_it(tmp_path, monkeypatch):
+    """A run killed on this host stays STARTED until someone reconciles: gc does first (the run is
+    marked failed), so --delete is not refused for ever."""
+    from eagle_assets.runs.worker import worker_tags
+
+    (tmp_path / "home").mkdir()
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()
+    with dg.DagsterInstance.get() as instance:
+        run = instance.add_run(dg.DagsterRun(job_name="killed", run_id=str(uuid.uuid4()),
+                                             status=dg.DagsterRunStatus.STARTED, tags=worker_tags(killed.pid)))
+    result = runner.invoke(app, ["gc", "--root", str(tmp_path / "data"), "--delete",
+                                 "--state-dir", str(tmp_path / "servers")])
+    assert result.exit_code == 0, result.output
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
