@@ -135,7 +135,7 @@ _STATE_DIR_HELP = "vllm_server.state_dir, if not the default."
 
 @app.command()
 def servers(
-    stop: str = typer.Option(None, "--stop", help="Stop this server: its port or <host>-<port> (as listed)."),
+    stop: str = typer.Option(None, "--stop", help="Stop this server: its name (as listed) or its port."),
     state_dir: Path = typer.Option(None, "--state-dir", help=_STATE_DIR_HELP),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:

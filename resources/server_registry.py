@@ -1,16 +1,17 @@
 """The managed vLLM servers this project started: list them, stop one, stop idle ones.
 
-A managed launch leaves ``<host>-<port>.json`` (pid, fingerprint, argv, start time, idle grace, the
-machine's host name) in the resource's state folder, and every ``serve()`` a heartbeat-touched marker
-under ``<host>-<port>.users/``. A server is idle when no marker belongs to a live process; its idle
-time counts from the last heartbeat. A kept-alive or orphaned server (its last user was killed) idle for
-longer than its grace is stopped by the next run or command that looks, so a crash never holds the
-GPUs overnight, while a run restarted within the grace attaches instead of reloading the model.
+A managed launch leaves ``<machine>-<bind host>-<port>.json`` (pid, fingerprint, argv, start time,
+idle grace, the machine's host name) in the resource's state folder, and every ``serve()`` a
+heartbeat-touched marker under ``<machine>-<bind host>-<port>.users/``. A server is idle when no
+marker belongs to a live process; its idle time counts from the last heartbeat. A kept-alive or
+orphaned server (its last user was killed) idle for longer than its grace is stopped by the next run
+or command that looks, so a crash never holds the GPUs overnight, while a run restarted within the
+grace attaches instead of reloading the model.
 
 A state folder may be shared by several machines (a storage root or home on NFS). Servers another
 machine launched are listed, but never probed, stopped or forgotten from here: their pids and user
 markers mean nothing on this host. A state file without a host name (written before they were
-recorded) is taken for this host's.
+recorded, and named ``<bind host>-<port>``) is taken for this host's.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def this_host() -> str:
 
 @dataclass
 class ManagedServer:
-    name: str  # "<host>-<port>", the state files' stem
+    name: str  # "<machine>-<bind host>-<port>", the state files' stem
     port: int
     pid: int
     alive: bool | None  # None: on another host, not checked from here
@@ -103,7 +104,7 @@ def list_servers(state_dir: Path) -> list[ManagedServer]:
 
 
 def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> bool:
-    """Stop the server ``name`` (``<host>-<port>`` or a port) and forget it; under its lock, so no
+    """Stop the server ``name`` (as listed, or its port) and forget it; under its lock, so no
     ``serve()`` attaches meanwhile. ``only_if_idle``: leave it when a user appeared. True if stopped.
     A server of another host is refused (ValueError): its pid means nothing here."""
     state_path = _state_path(Path(state_dir), name)
@@ -167,7 +168,7 @@ def _state_path(state_dir: Path, name: str) -> Path:
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
-            raise ValueError(f"several servers on port {name}: {[p.stem for p in matches]}; name one as <host>-<port>")
+            raise ValueError(f"several servers on port {name}: {[p.stem for p in matches]}; name one as listed")
     path = state_dir / f"{name}.json"
     if not path.exists():
         known = [p.stem for p in state_files(state_dir)]

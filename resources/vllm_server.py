@@ -8,6 +8,7 @@ Modes:
   with the same launch fingerprint (e.g. kept alive, or started by a concurrent step) is attached to
   instead of starting a second one; the fingerprint lives in a small state file per host:port, and
   each ``serve()`` leaves a marker so that the last user out, not the launcher, stops a shared server.
+  The state files are named by machine, bind address and port, so hosts may share the state folder.
   A server left without a live user (kept alive, or its user was killed) for ``idle_stop_after_s``
   is stopped by the next run or command that looks (``server_registry``; ``eagle-assets servers``).
 * ``systemd`` — ``systemctl start``/``stop`` a unit that runs the server; readiness as above.
@@ -212,7 +213,8 @@ class VLLMServer(dg.ConfigurableResource):
     def _state_paths(self) -> tuple[Path, Path, Path]:
         folder = server_state_dir(self.state_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        stem = f"{self.host or 'all'}-{self.port}"
+        # The machine first: hosts sharing the folder (NFS) keep their own state, users and lock.
+        stem = f"{this_host()}-{self.host or 'all'}-{self.port}"
         return folder / f"{stem}.json", folder / f"{stem}.log", folder / f"{stem}.lock"
 
     # ----------------------------------------------------------------- serving

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from test_vllm_server import FAKE_VLLM, Lines, fake_vllm
+from test_vllm_server import FAKE_VLLM, Lines, fake_vllm, free_port
 
-from eagle_assets.resources import VLLMServer
+from eagle_assets.resources import VLLMServer, vllm_server
 from eagle_assets.resources.server_registry import HOSTNAME_KEY, read_server, stop_idle_servers, stop_server, this_host
 from eagle_assets.runs import configured_state_dir
 from eagle_assets.runs.executor import recorded_executor
+from eagle_assets.resources.vllm_server import VLLMServerError
 from eagle_assets.runs.servers import servers_json, servers_report
 
 
@@ -76,6 +79,26 @@ def test_another_hosts_servers_are_listed_but_never_probed_stopped_or_forgotten(
     assert stop_idle_servers(tmp_path, log) == []
     assert live_server.poll() is None and busy.exists() and gone.exists() and marker.exists()
 
+
+def test_hosts_sharing_a_state_dir_keep_their_own_state_on_the_same_port(tmp_path, monkeypatch):
+    """Two machines, one state folder (NFS), one port: a serve() here must neither take over nor, as its
+    last user, remove the state of the server the other machine launched."""
+    monkeypatch.setattr(VLLMServer, "command", lambda self, model: FAKE_VLLM)
+    server = VLLMServer(model="/models/m", port=free_port(), state_dir=str(tmp_path), startup_timeout_s=1,
+                        stop_grace_s=5)
+    with monkeypatch.context() as elsewhere:
+        elsewhere.setattr(vllm_server, "this_host", lambda: "other-host")
+        with pytest.raises(VLLMServerError, match="not ready"):
+            with server.model_copy(update={"keep_alive": True}).serve(log=Lines()):
+                pass
+    [theirs] = tmp_path.glob("*.json")
+    their_pid = json.loads(theirs.read_text())["pid"]
+    os.killpg(their_pid, signal.SIGKILL)  # its pid means nothing on this host
+    with pytest.raises(VLLMServerError, match="not ready"):
+        with server.serve(log=Lines()):
+            pass
+    assert json.loads(theirs.read_text())["pid"] == their_pid
+    assert list(tmp_path.glob("*.json")) == [theirs]  # ours was removed by its last user
 
 def test_a_state_file_without_a_host_is_this_hosts(tmp_path):
     """Files written before hosts were recorded: their dead server is forgotten as before."""

@@ -10,10 +10,11 @@ from eagle_assets.resources.server_registry import ManagedServer, list_servers, 
 from eagle_assets.resources.vllm_server import server_state_dir
 from eagle_assets.runs.pool_watch import short_duration
 
-HEADER = f"{'SERVER':<22} {'PID':>8} {'FINGERPRINT':<16} {'USERS':>5} {'AGE':>7} {'IDLE':>7}  MODEL"
+def header(width: int) -> str:
+    return f"{'SERVER':<{width}} {'PID':>8} {'FINGERPRINT':<16} {'USERS':>5} {'AGE':>7} {'IDLE':>7}  MODEL"
 
 
-def server_line(server: ManagedServer) -> str:
+def server_line(server: ManagedServer, width: int) -> str:
     if not server.local:
         idle = "?"
     elif not server.alive:
@@ -29,8 +30,8 @@ def server_line(server: ManagedServer) -> str:
         note = f" (stops when idle {short_duration(server.idle_stop_after_s)})"
     else:
         note = " (never idle-stopped)"
-    return (f"{server.name:<22} {server.pid:>8} {server.fingerprint:<16} {users:>5} {short_duration(server.age_s):>7} "
-            f"{idle:>7}  {server.model}{note}")
+    return (f"{server.name:<{width}} {server.pid:>8} {server.fingerprint:<16} {users:>5} "
+            f"{short_duration(server.age_s):>7} {idle:>7}  {server.model}{note}")
 
 
 def _look(state_dir: Path | None, stop: str | None, log) -> tuple[Path, list[str]]:
@@ -54,5 +55,7 @@ def servers_report(state_dir: Path | None, stop: str | None, log) -> list[str]:
     """Stop ``stop`` if given, stop idle servers past their grace, and list the rest."""
     folder, lines = _look(state_dir, stop, log)
     servers = list_servers(folder)
-    lines += [HEADER, *map(server_line, servers)] if servers else [f"no managed vLLM servers in {folder}"]
-    return lines
+    if not servers:
+        return [*lines, f"no managed vLLM servers in {folder}"]
+    width = max(len("SERVER"), *(len(server.name) for server in servers))
+    return [*lines, header(width), *(server_line(server, width) for server in servers)]
