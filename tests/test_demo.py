@@ -62,7 +62,7 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
     assert 1.5 <= ood <= tau + 0.1, (ood, tau)
     assert re.search(r"out-of-distribution: demo_ood, \d+ prompts", output)
     # The captured samples' quality classes (issue 13), as shares.
-    assert re.search(r"^sample quality \(demo\): ok \d+\.\d%", output, flags=re.MULTILINE)
+    assert re.search(r"^sample quality \(demo\): [a-z_]+ \d+\.\d%", output, flags=re.MULTILINE), output[-3000:]
     tail = output[output.index("acceptance_length="):]
     assert "lineage:" in tail and "prompts[demo]" in tail
     # The hidden states came from this verifier's backend (tiny-kimi: `kimi`, vLLM's extract_hidden_states).
@@ -86,4 +86,5 @@ def test_demo_terminal_output_is_short_and_the_log_file_holds_the_rest(demo_outp
     log = Path(re.match(r"full log: (.+)$", lines[0]).group(1))
     assert log.parent == Path(env["DAGSTER_HOME"]).resolve() / "logs"
     text = log.read_text()
-    assert "[vllm]" in text and "STEP_SUCCESS" in text and "acceptance_length=" in text
+    # Every INFO line of every stage (vLLM's forwarded lines among them) and the result.
+    assert "[vllm]" in text and "reasoning_samples" in text and "acceptance_length=" in text
