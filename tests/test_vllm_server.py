@@ -9,12 +9,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import pytest
 
 from eagle_assets.resources import VLLMServer, vllm_server
-from eagle_assets.resources.server_process import VLLM_MODULE, LogFollower, port_in_use, stop_process_group
+from eagle_assets.resources.server_process import VLLM_MODULE, LogFollower, pid_is_vllm, port_in_use, stop_process_group
 from eagle_assets.resources.vllm_server import VLLMServerError
 
 
@@ -44,7 +45,13 @@ FAKE_VLLM = [sys.executable, "-c", "import time; time.sleep(120)", VLLM_MODULE]
 
 
 def fake_vllm() -> subprocess.Popen:
-    return subprocess.Popen(FAKE_VLLM, start_new_session=True)
+    """A process that looks like a vLLM API server; returned once its command line says so (right after
+    Popen, /proc may still show the parent's, before the exec)."""
+    proc = subprocess.Popen(FAKE_VLLM, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not pid_is_vllm(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
 
 
 def test_command_binds_localhost_and_never_carries_the_api_key(monkeypatch):
@@ -193,12 +200,14 @@ def test_a_failure_before_the_readiness_wait_still_leaves_the_server(tmp_path, m
     monkeypatch.setattr(VLLMServer, "_launch", launch)
     monkeypatch.setattr(vllm_server, "LogFollower", BrokenFollower)
     server = VLLMServer(model="/models/m", port=free_port(), state_dir=str(tmp_path), stop_grace_s=5)
+    # Other tests' servers (the session's shared one) keep their own user heartbeats running.
+    before = {thread for thread in threading.enumerate() if thread.name.startswith("vllm-user:")}
     try:
         with pytest.raises(OSError, match="log follower failed to start"):
             with server.serve(log=Lines()):
                 pass
         assert launched[0].poll() is not None  # stopped by its last (only) user
-        assert not any(thread.name.startswith("vllm-user:") for thread in threading.enumerate())
+        assert not {thread for thread in threading.enumerate() if thread.name.startswith("vllm-user:")} - before
         assert not [marker for users in tmp_path.glob("*.users") for marker in users.glob("*-*")]
     finally:
         launched[0].kill()
