@@ -144,6 +144,47 @@ def test_simulated_acceptance_needs_generated_tokens():
         simulate(draft, [GreedySample(ids, torch.randn(3, 4, 32), completion_start=3)], 3)
 
 
+# ---------------------------------------------------------------------------- which prompts are sent
+def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) -> None:
+    """A prompts table of (prompt_id, split, group_id) rows, with the columns eagle3_eval reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle_assets.splits import prompts_file
+
+    path = prompts_file(root, partition)
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(
+        [{"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
+         for pid, split, group in rows]), path)
+
+
+def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
+    """Every held-out problem trained on (prompts re-split after training), or no heldout rows at all:
+    eagle3_eval stops before starting a server, saying which and what to re-materialize."""
+    from eagle_assets.evaluation.eval_sets import EvalSetError, TrainedOn, heldout_set, require_prompts
+
+    _write_prompts(tmp_path, "resplit", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3")])
+    trained = TrainedOn(prompt_ids=frozenset({"c"}), group_ids=frozenset({"g1", "g2", "g3"}))
+    chosen = heldout_set("in-distribution", tmp_path, ["resplit"], 64, trained)
+    with pytest.raises(EvalSetError, match="left once the 2 whose problem .* re-materialize eagle3_checkpoint"):
+        require_prompts(chosen)
+    _write_prompts(tmp_path, "trainonly", [("d", "train", "g4"), ("e", "validation", "g5")])
+    with pytest.raises(EvalSetError, match=r"\['trainonly'\] have no heldout rows: .* larger heldout_fraction"):
+        require_prompts(heldout_set("in-distribution", tmp_path, ["trainonly"], 64, trained))
+    kept = heldout_set("in-distribution", tmp_path, ["resplit"], 64, TrainedOn(frozenset(), frozenset({"g1"})))
+    assert require_prompts(kept) is kept and [r.prompt_id for r in kept.requests] == ["b"]
+
+
+def test_a_served_run_without_rows_is_an_evaluation_error():
+    from eagle_assets.evaluation.run import EvaluationError, _check_speculating
+    from eagle_assets.evaluation.served import ServedRun
+
+    empty = ServedRun(SpecDecodeCounters(), rows=[], wall_s=0.0, server_model="m", vllm_version="v")
+    with pytest.raises(EvaluationError, match="no out-of-distribution request was sent"):
+        _check_speculating(empty, ["http://127.0.0.1:1/v1"], "out-of-distribution")
+
+
 # ---------------------------------------------------------------------------- the real chain, measured by vLLM
 @pytest.fixture(scope="module")
 def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factory):

@@ -19,7 +19,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from eagle_assets.assets import eagle3_checkpoint as checkpoint_asset
-from eagle_assets.evaluation.eval_sets import EvalSetError, heldout_set, trained_on
+from eagle_assets.evaluation.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
 from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 from eagle_assets.splits import prompts_file
@@ -136,7 +136,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         chosen = config.partitions or training_partitions(checkpoint) or partitions.get_partition_keys()
         try:
             trained = trained_on(checkpoint)
-            sets = [heldout_set("in-distribution", root, chosen, config.max_prompts, trained),
+            sets = [require_prompts(heldout_set("in-distribution", root, chosen, config.max_prompts, trained)),
                     heldout_set("out-of-distribution", root, ood_partitions(config, root, context.log),
                                 config.max_prompts, trained)]
         except EvalSetError as err:

@@ -88,3 +88,17 @@ def heldout_set(name: str, root: Path, partitions: list[str], limit: int, traine
     rows.sort(key=lambda r: r["prompt_id"])
     out.requests = [PromptRequest(r["prompt_id"], [dict(m) for m in r["messages"]], HELDOUT) for r in rows[:limit]]
     return out
+
+
+def require_prompts(chosen: EvalSet) -> EvalSet:
+    """``chosen`` when it holds a prompt to send; else :class:`EvalSetError` naming why none is left."""
+    if chosen.requests:
+        return chosen
+    if chosen.excluded_trained:
+        raise EvalSetError(
+            f"{chosen.name}: no held-out prompt of {chosen.partitions} is left once the {chosen.excluded_trained} "
+            "whose problem the checkpoint trained or validated on are excluded (the prompts were re-split after "
+            "training): re-materialize eagle3_checkpoint so it trains on the current split")
+    raise EvalSetError(
+        f"{chosen.name}: the prompts of {chosen.partitions} have no heldout rows: re-materialize prompts with a "
+        "larger heldout_fraction (or more prompts), then eagle3_checkpoint, or choose other eagle3_eval partitions")

@@ -68,6 +68,8 @@ def _served_numbers(served: ServedRun, prefix: str = "") -> dict[str, float | in
 
 
 def _check_speculating(served: ServedRun, urls, label: str) -> None:
+    if not served.rows:
+        raise EvaluationError(f"no {label} request was sent: the {label} set is empty")
     if not served.ok_rows:
         raise EvaluationError(f"every {label} request failed, e.g. {served.rows[0]['error']}")
     if not served.counters.spec_decode_enabled or served.counters.drafts == 0:
