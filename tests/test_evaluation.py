@@ -185,6 +185,56 @@ def test_a_served_run_without_rows_is_an_evaluation_error():
         _check_speculating(empty, ["http://127.0.0.1:1/v1"], "out-of-distribution")
 
 
+@pytest.fixture
+def server_info_answering():
+    """A local HTTP server whose /server_info answers (status, body) as set on the yielded dict."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer = {"status": 200, "body": b"{}"}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(answer["status"])
+            self.end_headers()
+            self.wfile.write(answer["body"])
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    answer["url"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield answer
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("status, body, said", [(500, b"boom", "HTTP 500 Internal Server Error"),
+                                                (404, b"", "HTTP 404 Not Found"), (200, b"<html>", "no JSON")])
+def test_an_unreadable_server_info_is_a_served_draft_error_naming_dev_mode(server_info_answering, status, body, said):
+    from eagle_assets.evaluation.served import SERVER_INFO, ServedDraftError, served_speculative_config
+
+    server_info_answering.update(status=status, body=body)
+    url = server_info_answering["url"]
+    with pytest.raises(ServedDraftError) as refused:
+        served_speculative_config(url)
+    message = str(refused.value)
+    assert f"{url.removesuffix('/v1')}{SERVER_INFO} answered {said}" in message
+    assert "VLLM_SERVER_DEV_MODE=1" in message
+
+
+def test_server_info_names_the_served_draft(server_info_answering):
+    import json
+
+    from eagle_assets.evaluation.served import served_speculative_config
+
+    spec = {"method": "eagle3", "model": "/ckpt/0123", "num_speculative_tokens": 3}
+    server_info_answering["body"] = json.dumps({"vllm_config": {"speculative_config": spec}}).encode()
+    assert served_speculative_config(server_info_answering["url"]) == spec
+
+
 # ---------------------------------------------------------------------------- the real chain, measured by vLLM
 @pytest.fixture(scope="module")
 def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factory):

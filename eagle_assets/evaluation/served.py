@@ -39,13 +39,16 @@ def served_speculative_config(base_url: str, api_key: str | None = None) -> dict
         response = httpx.get(f"{root}{SERVER_INFO}", headers=headers, timeout=30.0)
     except httpx.HTTPError as exc:
         raise ServedDraftError(f"{root}/server_info could not be read ({exc!r})") from None
-    if response.status_code == 404:
+    try:
+        response.raise_for_status()  # 404: the server is not in dev mode
+        config = response.json().get("vllm_config") or {}
+    except (httpx.HTTPStatusError, ValueError):  # ValueError: the body is not JSON
+        answer = f"HTTP {response.status_code} {response.reason_phrase}" if response.is_error else "no JSON"
         raise ServedDraftError(
-            f"the server at {base_url} does not report which draft it serves: vLLM shows its speculative config "
-            "only at /server_info, served with VLLM_SERVER_DEV_MODE=1 in the server's environment. Restart it "
-            "so, or let eagle3_eval start its own server (vllm_server mode 'managed')")
-    response.raise_for_status()
-    config = response.json().get("vllm_config") or {}
+            f"{root}{SERVER_INFO} answered {answer}, so the server at {base_url} does not say which draft it "
+            "serves: vLLM serves its engine config at /server_info only with VLLM_SERVER_DEV_MODE=1 in the "
+            "server's environment. Restart it so, or let eagle3_eval start its own server (vllm_server mode "
+            "'managed')") from None
     return config.get("speculative_config") if isinstance(config, dict) else None
 
 
