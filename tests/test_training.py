@@ -342,6 +342,27 @@ def _resplit_never_evaluates_a_trained_prompt(storage_root, checkpoint: Path, be
     assert not set(rows) & {p["prompt_id"] for p in after if p["split"] == "heldout"}
 
 
+def test_capacity_plan_metadata_that_cannot_be_made_is_a_warning_not_a_failure(features):
+    """The checkpoint is kept before its plan metadata is made: a verifier config the plan cannot read
+    leaves the metadata out with a warning instead of failing the run."""
+    from transformers import PretrainedConfig, Qwen3Config
+
+    from eagle_assets.assets.eagle3_checkpoint import plan_metadata
+
+    class Warnings(list):
+        def warning(self, line):
+            self.append(line)
+
+    root, verifier = features
+    manifest = FeatureManifest.read(root / "hidden_states" / "demo")
+    text_config = Qwen3Config.from_pretrained(verifier)
+    log = Warnings()
+    made = plan_metadata(root, ["demo"], manifest, verifier, text_config, log)
+    assert made["plan/bytes"] > 0 and not log
+    assert plan_metadata(root, ["demo"], manifest, verifier, PretrainedConfig(), log) == {}
+    assert len(log) == 1 and "the checkpoint is kept: ShapeError" in log[0] and "lacks" in log[0]
+
+
 def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_path):
     from eagle_assets.training.runner import run_streaming
 

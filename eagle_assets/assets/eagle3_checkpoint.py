@@ -94,6 +94,20 @@ def _features_of(checkpoint: Path, root: Path) -> list[FeatureManifest]:
     return [FeatureManifest.read(root / "hidden_states" / p) for p in partitions]
 
 
+def plan_metadata(root: Path, chosen: list[str], manifest: FeatureManifest, model_path: Path, text_config,
+                  log) -> dict:
+    """The capacity plan's numbers for the kept checkpoint, or none and a warning: the checkpoint is
+    written by then, and a plan that cannot be made must not fail its run."""
+    try:
+        shape = shape_of(str(model_path), text_config, manifest.layer_ids)
+        return asset_plan_metadata(root, chosen, ASSET, feature_dtype=manifest.dtype, shape=shape)
+    # OSError: a stored file the plan stats or reads (unreadable tables are skipped inside already);
+    # ValueError: a verifier config the plan cannot read (ShapeError) or a malformed number in it.
+    except (OSError, ValueError) as exc:
+        log.warning(f"capacity plan metadata left out, the checkpoint is kept: {exc!r}")
+        return {}
+
+
 def build(partitions: dg.PartitionsDefinition) -> dict:
     all_partitions = dg.AllPartitionMapping()
 
@@ -198,8 +212,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "tokens_per_s": summary["tokens_per_s"],
             **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
             **lineage_metadata(lineage),
-            **asset_plan_metadata(root, chosen, ASSET, feature_dtype=manifest.dtype,
-                                  shape=shape_of(str(model_path), backend.text_config(model_path), manifest.layer_ids)),
+            **plan_metadata(root, chosen, manifest, model_path, backend.text_config(model_path), context.log),
             # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
             LINEAGE_DIGEST_KEY: lineage_digest(folder),
         }
