@@ -3,7 +3,8 @@
 A managed launch leaves ``<machine>-<bind host>-<port>.json`` (pid, fingerprint, argv, start time,
 idle grace, the machine's host name) in the resource's state folder, and every ``serve()`` a
 heartbeat-touched marker under ``<machine>-<bind host>-<port>.users/``. A server is idle when no
-marker belongs to a live process; its idle time counts from the last heartbeat. A kept-alive or
+marker belongs to a live process; its idle time counts from the last heartbeat, or from its start
+when that is later (a heartbeat left by an earlier server on the port). A kept-alive or
 orphaned server (its last user was killed) idle for longer than its grace is stopped by the next run
 or command that looks, so a crash never holds the GPUs overnight, while a run restarted within the
 grace attaches instead of reloading the model.
@@ -84,16 +85,18 @@ def read_server(state_path: Path) -> ManagedServer | None:
     model = argv[argv.index("--model") + 1] if "--model" in argv else "?"
     hostname = state.get(HOSTNAME_KEY) or this_host()
     users_dir = state_path.with_suffix(".users")
+    started_at = state.get("started_at", state_path.stat().st_mtime)
     if hostname == this_host():
         alive = pid_is_vllm(state["pid"])
         users = live_users(users_dir) if users_dir.is_dir() else 0  # (removes dead users' markers)
-        idle_since = None if users else (last_seen(users_dir) or state.get("started_at"))
+        # A heartbeat older than this server is an earlier server's on the same port: idle from the start.
+        idle_since = None if users else max(last_seen(users_dir) or started_at, started_at)
     else:
         alive = users = idle_since = None
     return ManagedServer(
         name=state_path.stem, port=int(state_path.stem.rsplit("-", 1)[1]), pid=state["pid"],
         alive=alive, model=model, fingerprint=state.get("fingerprint", "?"), users=users,
-        started_at=state.get("started_at", state_path.stat().st_mtime), idle_since=idle_since,
+        started_at=started_at, idle_since=idle_since,
         idle_stop_after_s=state.get("idle_stop_after_s", DEFAULT_IDLE_STOP_S),
         keep_alive=not state.get("stop_when_unused", True), hostname=hostname,
     )

@@ -17,6 +17,7 @@ import pytest
 from test_vllm_server import FAKE_VLLM, Lines, fake_vllm, free_port
 
 from eagle_assets.resources import VLLMServer, vllm_server
+from eagle_assets.resources.server_process import note_last_seen
 from eagle_assets.resources.server_registry import HOSTNAME_KEY, read_server, stop_idle_servers, stop_server, this_host
 from eagle_assets.runs import configured_state_dir
 from eagle_assets.runs.executor import recorded_executor
@@ -112,6 +113,20 @@ def test_an_idle_server_of_this_host_is_still_stopped(tmp_path, live_server):
     mine = write_state(tmp_path, "127.0.0.1-8000", live_server.pid, this_host())
     assert [s.name for s in stop_idle_servers(tmp_path, Lines())] == ["127.0.0.1-8000"]
     assert live_server.wait(timeout=10) is not None and not mine.exists()
+
+
+def test_idle_time_never_predates_the_servers_start(tmp_path, live_server):
+    """A last heartbeat left by an earlier server on the same port: the new server, started a minute
+    ago with a 10-minute grace, is idle for a minute, not since that heartbeat, and is not stopped."""
+    started = time.time() - 60
+    mine = write_state(tmp_path, "127.0.0.1-8000", live_server.pid, this_host(), started_at=started,
+                       idle_stop_after_s=600)
+    users = mine.with_suffix(".users")
+    users.mkdir()
+    note_last_seen(users, started - 3600)
+    server = read_server(mine)
+    assert server.idle_since == started and 60 <= server.idle_s < 120 and not server.expired
+    assert stop_idle_servers(tmp_path, Lines()) == [] and live_server.poll() is None
 
 
 def test_a_dead_servers_state_is_forgotten_under_its_lock_and_only_if_still_dead(tmp_path, live_server):
