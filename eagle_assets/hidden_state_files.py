@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from eagle_assets.storage import atomic_path, combined_hash
 
@@ -32,6 +33,16 @@ FEATURE_DTYPES = (BF16, FP8)
 # that reads each storage dtype from the same folder layout; "fp8" dequantizes to bf16 on load.
 TRAINER_BACKENDS = {BF16: "file", FP8: "fp8"}
 SCALES_KEY = "hidden_states_scales"  # hs_connectors.fp8_utils.SCALES_KEY (imported lazily: torch)
+# The hidden_states asset's index: one row per training row, naming the tensor file it reads.
+INDEX_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("content_id", pa.string()),
+        ("file", pa.string()),  # relative to the partition folder
+        ("seq_len", pa.int32()),
+        ("sha256", pa.string()),
+    ]
+)
 
 
 def check_feature_dtype(feature_dtype: str, field: str = "feature_dtype") -> str:

@@ -20,7 +20,7 @@ from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 
 from eagle_assets.assets import hidden_states as hs_family
 from eagle_assets.assets import token_sequences as ts_family
-from eagle_assets.assets.hidden_states import INDEX_SCHEMA
+from eagle_assets.hidden_state_files import INDEX_SCHEMA
 from eagle_assets.backends import ExtractionRequest, SampleTensors
 from eagle_assets.hidden_state_files import SCALES_KEY, SampleWriter, check_sample, content_id, dequantized, load_sample
 from eagle_assets.partitions import source_partitions

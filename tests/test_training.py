@@ -97,6 +97,22 @@ def test_the_validation_split_is_the_tail_speculators_validates_on(features, tmp
     assert len(val) == n_val
 
 
+def test_synthetic_features_have_the_assets_schemas_and_load_without_dagster(features):
+    import subprocess
+
+    from eagle_assets.hidden_state_files import INDEX_SCHEMA
+    from eagle_assets.tokenization import SEQUENCES_SCHEMA
+
+    root, _ = features
+    assert pq.read_schema(root / "token_sequences" / "demo" / "sequences.parquet") == SEQUENCES_SCHEMA
+    assert pq.read_schema(root / "hidden_states" / "demo" / "index.parquet") == INDEX_SCHEMA
+    # Benchmarks write features with it outside any code location: Dagster must stay out of its imports.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, eagle_assets.training.synthetic; print('dagster' in sys.modules)"],
+        capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
+
+
 def test_training_folder_rejects_inconsistent_features(features, tmp_path):
     root = _copy_storage(features[0], tmp_path / "storage")
     with pytest.raises(TrainingDataError, match="materialize token_sequences for partition 'missing'"):

@@ -20,6 +20,7 @@ from eagle_assets.capacity import asset_plan_metadata, feature_bytes_per_token, 
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.hidden_state_files import (
     FP8,
+    INDEX_SCHEMA,
     SCALES_KEY,
     TENSORS_DIR,
     SampleWriter,
@@ -46,17 +47,6 @@ FORMATS = {
     FP8: "hs-connectors fp8 (speculators' `fp8` backend): hidden_states [seq, n_aux+1, H] float8_e4m3fn + "
          f"{SCALES_KEY} [seq, 1, 1] fp32 (per token) + token_ids [seq] int64",
 }
-
-INDEX_SCHEMA = pa.schema(
-    [
-        ("prompt_id", pa.string()),
-        ("content_id", pa.string()),
-        ("file", pa.string()),  # relative to the partition folder
-        ("seq_len", pa.int32()),
-        ("sha256", pa.string()),
-    ]
-)
-
 
 class HiddenStatesConfig(dg.Config):
     """Launchpad settings of the ``hidden_states`` asset."""

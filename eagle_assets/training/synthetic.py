@@ -21,9 +21,10 @@ from safetensors.torch import save_file
 
 from eagle_assets.prompt_records import PROMPTS_SCHEMA
 from eagle_assets.backends import verifier_identity
-from eagle_assets.hidden_state_files import content_id, encode_sample, write_sample
+from eagle_assets.hidden_state_files import INDEX_SCHEMA, content_id, encode_sample, write_sample
 from eagle_assets.splits import TRAIN, group_id, prompts_file, split_for
 from eagle_assets.storage import atomic_path, write_json, write_parquet
+from eagle_assets.tokenization import SEQUENCES_SCHEMA
 
 
 def write_head_only_verifier(folder: Path, config, seed: int = 0, device: str = "cpu") -> Path:
@@ -109,17 +110,9 @@ def write_random_features(
         index_rows.append(
             {"prompt_id": prompt_id, "content_id": cid, "file": rel, "seq_len": length, "sha256": sha}
         )
-    seq_schema = pa.schema([
-        ("prompt_id", pa.string()), ("input_ids", pa.list_(pa.int32())),
-        ("loss_mask", pa.list_(pa.int8())), ("seq_len", pa.int32()), ("origin", pa.string()),
-    ])
-    index_schema = pa.schema([
-        ("prompt_id", pa.string()), ("content_id", pa.string()),
-        ("file", pa.string()), ("seq_len", pa.int32()), ("sha256", pa.string()),
-    ])
     write_parquet(pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA), prompts_file(root, partition))
-    write_parquet(pa.Table.from_pylist(seq_rows, schema=seq_schema), seq_folder / "sequences.parquet")
-    write_parquet(pa.Table.from_pylist(index_rows, schema=index_schema), hs_folder / "index.parquet")
+    write_parquet(pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA), seq_folder / "sequences.parquet")
+    write_parquet(pa.Table.from_pylist(index_rows, schema=INDEX_SCHEMA), hs_folder / "index.parquet")
     config = json.loads((Path(verifier_path) / "config.json").read_text())
     verifier = {"backend": "transformers", "model_path": str(verifier_path), "identity": identity,
                 "num_layers": config["num_hidden_layers"], "hidden_size": hidden_size,
