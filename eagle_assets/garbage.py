@@ -11,7 +11,9 @@ Referenced, and never removed:
 - the current ``eagle3_checkpoint`` and ``eagle3_eval`` materializations' folders.
 
 Garbage: hidden-state files of earlier materializations, superseded shards (every row re-captured in a
-later shard), training folders under ``eagle3_checkpoint/_work``, checkpoints beyond the newest
+later shard), training data and run folders under ``eagle3_checkpoint/_work`` and the resolved verifier
+folders beside them (``verifier-*``: a nested verifier's decoder as speculators reads it, made for
+training), checkpoints beyond the newest
 ``keep_checkpoints`` (with their evaluations), and temporaries left by killed writers. A partition
 folder the instance has no materialization for is left alone (it may belong to another instance), and
 nothing is deleted while a Dagster run is in progress (its files are not indexed yet).
@@ -35,6 +37,7 @@ from eagle_assets.assets.eagle3_eval import ASSET as EVALUATIONS
 from eagle_assets.assets.hidden_states import INDEX_FILE
 from eagle_assets.hidden_state_files import TENSORS_DIR as TENSORS
 from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, latest_materialization
+from eagle_assets.training.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
 
 ACTIVE = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
           dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
@@ -48,7 +51,8 @@ class CollectionRefused(RuntimeError):
 class Garbage:
     path: Path
     bytes: int
-    kind: str  # "hidden-state file" | "superseded shard" | "training folder" | "checkpoint" | "evaluation" | "temporary"
+    kind: str  # "hidden-state file" | "superseded shard" | "training folder" | "resolved verifier" | "checkpoint"
+    #            | "evaluation" | "temporary"
 
 
 @dataclass
@@ -177,6 +181,14 @@ def _partition_garbage(asset: str, folder: Path) -> Iterable[tuple[Path, str]]:
                 yield path, "hidden-state file"
 
 
+def _work_kind(name: str) -> str:
+    """What a folder under ``eagle3_checkpoint/_work`` is."""
+    if name.startswith("."):
+        return "temporary"
+    # The decoder of a nested verifier as speculators reads it (eagle_assets.training.verifier_folder).
+    return "resolved verifier" if name.startswith(VERIFIER_FOLDER_PREFIX) else "training folder"
+
+
 def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoints: int | None = None) -> Collection:
     """What :func:`collect_garbage` would remove, and why the rest stays."""
     root = Path(root).resolve()
@@ -210,7 +222,7 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
         candidates.append((tmp, "temporary"))
     work = ckpt_root / WORK_DIR
     for folder in sorted(work.iterdir()) if work.is_dir() else ():
-        candidates.append((folder, "temporary" if folder.name.startswith(".") else "training folder"))
+        candidates.append((folder, _work_kind(folder.name)))
 
     for asset in UPSTREAM_ASSETS:
         for folder in sorted(p for p in (root / asset).iterdir() if p.is_dir()) if (root / asset).is_dir() else ():

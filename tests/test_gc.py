@@ -164,3 +164,20 @@ def test_gc_reconciles_first_so_a_killed_run_does_not_block_it(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     with dg.DagsterInstance.get() as instance:
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+
+
+def test_work_folders_are_named_by_what_they_are(tmp_path):
+    """Under eagle3_checkpoint/_work: training data and run folders, a nested verifier's resolved folder
+    (training_verifier's), and a killed writer's temporary, each listed as what it is."""
+    from eagle_assets.garbage import report_lines
+
+    work = tmp_path / "eagle3_checkpoint" / "_work"
+    for name in ("data-0123", "run-4567", "verifier-89ab", ".verifier-89ab.x1y2"):
+        (work / name).mkdir(parents=True)
+    with dg.DagsterInstance.ephemeral() as instance:
+        collection = find_garbage(tmp_path, instance)
+    assert {g.path.name: g.kind for g in collection.garbage} == {
+        "data-0123": "training folder", "run-4567": "training folder", "verifier-89ab": "resolved verifier",
+        ".verifier-89ab.x1y2": "temporary"}
+    assert any(line.startswith("resolved verifier  eagle3_checkpoint/_work/verifier-89ab")
+               for line in report_lines(collection))

@@ -22,6 +22,7 @@ from eagle_assets.backends import VerifierBackend
 # Nested model types whose transformers config class has another name (Kimi-K2's is DeepSeek-V3's).
 TEXT_MODEL_TYPES = {"kimi_k2": "deepseek_v3"}
 ARCHITECTURES = {"deepseek_v3": "DeepseekV3ForCausalLM"}
+FOLDER_PREFIX = "verifier-"  # + the verifier's identity, under the checkpoint's work folder
 
 
 def training_verifier(backend: VerifierBackend, model_path: str | Path, out_root: str | Path) -> Path:
@@ -30,7 +31,7 @@ def training_verifier(backend: VerifierBackend, model_path: str | Path, out_root
     raw = json.loads((model_path / "config.json").read_text())
     if "text_config" not in raw:
         return model_path
-    final = Path(out_root) / f"verifier-{backend.identity(model_path)}"
+    final = Path(out_root) / f"{FOLDER_PREFIX}{backend.identity(model_path)}"
     if (final / "model.safetensors").exists():
         return final
     from safetensors import safe_open
