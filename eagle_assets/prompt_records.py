@@ -217,7 +217,7 @@ def classify(source: str, item: RawRecord | SkippedRow, rule: SplitRule = SplitR
         return Skip(source, item.row, exc.reason, exc.detail)
 
 
-# The prompts table's columns, one row per ``PromptRecord.as_row()``.
+# The prompts table's columns, one row per ``Prompt.as_row()``.
 PROMPTS_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
