@@ -7,14 +7,16 @@ Referenced, and never removed:
   a prompt's latest row, the hidden-state files the current ``index.parquet`` lists;
 - everything a **kept checkpoint** needs: its folder (``lineage.json``, ``lineage.sha256``, weights),
   every artifact its ``lineage.json`` records (upstream files and the training folder, whose links'
-  targets count too), and the training data and run folders its ``training.json`` names;
+  targets count too), the training data and run folders its ``training.json`` names, and the verifier
+  folder its ``config.json`` names (speculators loads the verifier from there: a resolved one lies in
+  ``eagle3_checkpoint/_work``);
 - the current ``eagle3_checkpoint`` and ``eagle3_eval`` materializations' folders.
 
 Garbage: hidden-state files of earlier materializations, superseded shards (every row re-captured in a
 later shard), training data and run folders under ``eagle3_checkpoint/_work`` and the resolved verifier
 folders beside them (``verifier-*``: a nested verifier's decoder as speculators reads it, made for
-training), checkpoints beyond the newest
-``keep_checkpoints`` (with their evaluations), and temporaries left by killed writers. A partition
+training), checkpoints beyond the newest ``keep_checkpoints`` (with their evaluations), and
+temporaries left by killed writers. A partition
 folder the instance has no materialization for is left alone (it may belong to another instance), and
 nothing is deleted while a Dagster run is in progress (its files are not indexed yet).
 """
@@ -140,6 +142,12 @@ def _protect_checkpoint(folder: Path, root: Path, protected: _Protected) -> None
     for artifact in lineage.get("artifacts", []):
         is_folder = "links" in artifact  # the training folder's links: one entry for the whole folder
         protected.add(artifact["path"], folder=is_folder)
+    # The verifier speculators loads with the checkpoint, its path verbatim: a nested verifier's resolved
+    # folder under _work (an absolute path; a relative one is a hub id).
+    verifier = _read_json(folder / "config.json").get("speculators_config", {}).get("verifier", {}).get("name_or_path")
+    rel = _relative(verifier, root, recorded) if verifier and Path(verifier).is_absolute() else None
+    if rel is not None:
+        protected.add(rel, folder=True)
     training = _read_json(folder / TRAINING_FILE)
     for where in (training.get("data", {}).get("folder"), training.get("run", {}).get("folder")):
         rel = _relative(where, root, recorded) if where else None

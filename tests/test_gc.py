@@ -181,3 +181,23 @@ def test_work_folders_are_named_by_what_they_are(tmp_path):
         ".verifier-89ab.x1y2": "temporary"}
     assert any(line.startswith("resolved verifier  eagle3_checkpoint/_work/verifier-89ab")
                for line in report_lines(collection))
+
+
+def test_the_resolved_verifier_a_kept_checkpoint_names_is_kept(tmp_path):
+    """A nested verifier's checkpoint names its resolved folder under _work as its verifier (speculators
+    loads it from there): gc keeps that folder while the checkpoint is kept, and removes it with it."""
+    import json
+
+    work = tmp_path / "eagle3_checkpoint" / "_work"
+    named, other = work / "verifier-89ab", work / "verifier-cdef"
+    named.mkdir(parents=True)
+    other.mkdir()
+    checkpoint = tmp_path / "eagle3_checkpoint" / "0123456789abcdef"
+    checkpoint.mkdir()
+    (checkpoint / "lineage.json").write_text("{}")
+    (checkpoint / "config.json").write_text(json.dumps(
+        {"speculators_config": {"verifier": {"name_or_path": str(named)}}}))
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert {g.path for g in find_garbage(tmp_path, instance).garbage} == {other}
+        assert {g.path for g in find_garbage(tmp_path, instance, keep_checkpoints=0).garbage} == {
+            checkpoint, named, other}
