@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -20,6 +21,7 @@ from eagle_assets.capacity import (
     measure_token_stats,
 )
 from eagle_assets.cli import app
+from eagle_assets.splits import TRAIN, prompts_file
 
 runner = CliRunner()
 
@@ -99,6 +101,9 @@ def test_token_statistics_are_measured_from_a_materialized_partition(tiny_verifi
     write_samples(storage_root, rows)
     stats = measure_token_stats(storage_root.root, [PARTITION])
     assert stats.prompts == 8 and "measured from reasoning_samples[demo] (8 ok samples" in stats.source
+    # The train share is counted on the stored prompts table, the same file the assets read.
+    splits = pq.read_table(prompts_file(storage_root.root, PARTITION), columns=["split"])["split"].to_pylist()
+    assert stats.train_prompts == splits.count(TRAIN) and f"train split {splits.count(TRAIN)} (measured)" in stats.source
     assert stats.seq_tokens == pytest.approx(sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows) / 8)
     result = runner.invoke(app, ["plan", "--verifier", str(tiny_verifier), "--partition", PARTITION,
                                  "--root", storage_root.root])

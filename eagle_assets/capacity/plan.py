@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from eagle_assets.capacity.shapes import ModelShape
 from eagle_assets.capacity.throughput import REFERENCE_DRAFT_VOCAB, Rate, extraction_rate, training_rate
+from eagle_assets.splits import PROMPTS_FILE, TRAIN, prompts_file
 
 from eagle_assets.hidden_state_files import BF16, FP8  # noqa: E402  (the storage dtypes)
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
@@ -95,12 +96,12 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
     found_prompts: list[str] = []
     found_samples: list[str] = []
     for partition in partitions:
-        prompts_file = root / "prompts" / partition / "prompts.parquet"
-        if prompts_file.is_file():
-            splits = pq.read_table(prompts_file, columns=["split"])["split"]
+        prompts_table = prompts_file(root, partition)
+        if prompts_table.is_file():
+            splits = pq.read_table(prompts_table, columns=["split"])["split"]
             count += len(splits)
-            train += int(pc.sum(pc.equal(splits, "train")).as_py() or 0)
-            prompt_bytes += prompts_file.stat().st_size
+            train += int(pc.sum(pc.equal(splits, TRAIN)).as_py() or 0)
+            prompt_bytes += prompts_table.stat().st_size
             found_prompts.append(partition)
         folder = root / "reasoning_samples" / partition
         shards = shard_paths(folder) if folder.is_dir() else []
@@ -197,7 +198,7 @@ def build_plan(shape: ModelShape | None, stats: TokenStats, storage_root: Path,
     stages = []
     if "prompts" in stats.measured_bytes:
         per_prompt = stats.measured_bytes["prompts"]
-        how = f"{per_prompt:,.0f} B/prompt measured on the stored prompts.parquet"
+        how = f"{per_prompt:,.0f} B/prompt measured on the stored {PROMPTS_FILE}"
     else:
         per_prompt = stats.prompt_tokens * TEXT_BYTES_PER_TOKEN + ROW_BYTES
         how = f"{per_prompt:,.0f} B/prompt upper bound (prompt text at {TEXT_BYTES_PER_TOKEN} B/token, before zstd)"
