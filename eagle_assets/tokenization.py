@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from eagle_assets.storage import combined_hash, list_column_parts
 
+SEQUENCES_FILE = "sequences.parquet"  # the token_sequences asset's table, per partition folder
 SEQUENCES_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),

@@ -16,8 +16,10 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata, shape_of
+from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import write_json
+from eagle_assets.tokenization import SEQUENCES_FILE
 from eagle_assets.training.checkpoint import (
     keep_checkpoint,
     speculators_load_problems,
@@ -61,8 +63,8 @@ def _settings(config: Eagle3TrainingConfig) -> TrainingSettings:
 
 
 def _available(root: Path, partition: str) -> bool:
-    return (root / "token_sequences" / partition / "sequences.parquet").exists() and (
-        root / "hidden_states" / partition / "index.parquet"
+    return (root / "token_sequences" / partition / SEQUENCES_FILE).exists() and (
+        root / "hidden_states" / partition / INDEX_FILE
     ).exists()
 
 

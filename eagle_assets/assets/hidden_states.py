@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from eagle_assets.assets.token_sequences import FILE_NAME as SEQUENCES_FILE
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.capacity import asset_plan_metadata, feature_bytes_per_token, shape_of
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.hidden_state_files import (
     FP8,
+    INDEX_FILE,
     INDEX_SCHEMA,
     SCALES_KEY,
     TENSORS_DIR,
@@ -32,11 +32,10 @@ from eagle_assets.parallel_extraction import extract_on_devices
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.splits import read_current_splits
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
-from eagle_assets.tokenization import list_rows
+from eagle_assets.tokenization import SEQUENCES_FILE, list_rows
 
 # 2: index without a split column (splits come from the prompts table); 3: storage dtype (bf16 | fp8)
 CODE_VERSION = "hidden_states-3"
-INDEX_FILE = "index.parquet"
 SCRATCH_DIR = "scratch"  # a backend's own temporary files (ExtractionRequest.scratch_dir)
 MANIFEST_FILE = "manifest.json"
 LOG_EVERY_S = 5.0

@@ -17,10 +17,17 @@ from eagle_assets.generation.store import load_classified, load_samples
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.splits import SPLITS, read_current_splits
 from eagle_assets.storage import write_json, write_parquet
-from eagle_assets.tokenization import DriftReport, Policy, build_rows, content_hash, measure_drift, template_hash
+from eagle_assets.tokenization import (
+    SEQUENCES_FILE,
+    DriftReport,
+    Policy,
+    build_rows,
+    content_hash,
+    measure_drift,
+    template_hash,
+)
 
 CODE_VERSION = "token_sequences-2"  # 2: no split column; splits read from the current prompts table
-FILE_NAME = "sequences.parquet"
 REPORT_FILE = "tokenization.json"
 # Prompts render deterministically: any prompt mismatch means another template or tokenizer.
 MAX_PROMPT_MISMATCH_RATE = 0.0
@@ -135,7 +142,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         built = build_rows(samples, messages, splits, render, policy)
         table = built.table()
         folder = storage.path("token_sequences", partition)
-        path = write_parquet(table, folder / FILE_NAME)
+        path = write_parquet(table, folder / SEQUENCES_FILE)
         drift = measure_drift(samples, messages, render, config.drift_sample_size)
         version = content_hash(table)
         write_json({"policy": config.model_dump(), "quality_rules": rules.as_dict(),

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from eagle_assets.capacity.shapes import ModelShape
 from eagle_assets.capacity.throughput import REFERENCE_DRAFT_VOCAB, Rate, extraction_rate, training_rate
 from eagle_assets.splits import PROMPTS_FILE, TRAIN, prompts_file
+from eagle_assets.tokenization import SEQUENCES_FILE
 
 from eagle_assets.hidden_state_files import BF16, FP8  # noqa: E402  (the storage dtypes)
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
@@ -113,7 +114,7 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
             completion_sum += int(pc.sum(ok["completion_tokens"]).as_py() or 0)
             sample_bytes += _files_bytes(shards)
             found_samples.append(partition)
-        sequences = root / "token_sequences" / partition / "sequences.parquet"
+        sequences = root / "token_sequences" / partition / SEQUENCES_FILE
         if sequences.is_file():
             sequence_bytes += sequences.stat().st_size
             sequence_tokens += int(pc.sum(pq.read_table(sequences, columns=["seq_len"])["seq_len"]).as_py() or 0)

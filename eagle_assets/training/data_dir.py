@@ -32,8 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.splits import TRAIN, VALIDATION, read_current_splits
 from eagle_assets.storage import combined_hash, write_parquet
+from eagle_assets.tokenization import SEQUENCES_FILE
 
 COMPLETE_MARKER = ".complete"
 # safetensors' dtype names -> the manifest's storage dtypes (hidden_state_files.FEATURE_DTYPES).
@@ -106,9 +108,9 @@ class TrainingData:
 
 
 def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, FeatureManifest]:
-    seq_path = storage_root / "token_sequences" / partition / "sequences.parquet"
+    seq_path = storage_root / "token_sequences" / partition / SEQUENCES_FILE
     hs_folder = storage_root / "hidden_states" / partition
-    index_path = hs_folder / "index.parquet"
+    index_path = hs_folder / INDEX_FILE
     for path, asset in ((seq_path, "token_sequences"), (index_path, "hidden_states")):
         if not path.exists():
             raise TrainingDataError(f"{path} is missing: materialize {asset} for partition '{partition}' first")

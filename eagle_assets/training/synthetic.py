@@ -21,10 +21,10 @@ from safetensors.torch import save_file
 
 from eagle_assets.prompt_records import PROMPTS_SCHEMA
 from eagle_assets.backends import verifier_identity
-from eagle_assets.hidden_state_files import INDEX_SCHEMA, content_id, encode_sample, write_sample
+from eagle_assets.hidden_state_files import INDEX_FILE, INDEX_SCHEMA, content_id, encode_sample, write_sample
 from eagle_assets.splits import TRAIN, group_id, prompts_file, split_for
 from eagle_assets.storage import atomic_path, write_json, write_parquet
-from eagle_assets.tokenization import SEQUENCES_SCHEMA
+from eagle_assets.tokenization import SEQUENCES_FILE, SEQUENCES_SCHEMA
 
 
 def write_head_only_verifier(folder: Path, config, seed: int = 0, device: str = "cpu") -> Path:
@@ -111,8 +111,8 @@ def write_random_features(
             {"prompt_id": prompt_id, "content_id": cid, "file": rel, "seq_len": length, "sha256": sha}
         )
     write_parquet(pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA), prompts_file(root, partition))
-    write_parquet(pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA), seq_folder / "sequences.parquet")
-    write_parquet(pa.Table.from_pylist(index_rows, schema=INDEX_SCHEMA), hs_folder / "index.parquet")
+    write_parquet(pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA), seq_folder / SEQUENCES_FILE)
+    write_parquet(pa.Table.from_pylist(index_rows, schema=INDEX_SCHEMA), hs_folder / INDEX_FILE)
     config = json.loads((Path(verifier_path) / "config.json").read_text())
     verifier = {"backend": "transformers", "model_path": str(verifier_path), "identity": identity,
                 "num_layers": config["num_hidden_layers"], "hidden_size": hidden_size,
