@@ -338,27 +338,29 @@ def lineage_for_checkpoint(context: dg.AssetExecutionContext, storage_root: str 
                            checkpoint_code_version=code_version)
 
 
-def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any]) -> str:
+def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any],
+                  model_hashes: Mapping[str, str] | None = None) -> str:
     """Write ``lineage.json`` into the checkpoint, adding the hashes of the checkpoint's own files and
-    its content hash, then ``lineage.sha256`` beside it; returns that sha256."""
-    from eagle_assets.training.checkpoint import checkpoint_hash
+    its content hash, then ``lineage.sha256`` beside it; returns that sha256. ``model_hashes``: the
+    sha256 of the model files where the caller has them already (``keep_checkpoint`` hashed what it
+    copied), so the weights are not read again."""
+    from eagle_assets.training.checkpoint import MODEL_FILES, hash_of_model_files
 
     folder = Path(checkpoint_dir)
-    own = [
-        {"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": file_sha256(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name not in (LINEAGE_FILE, LINEAGE_DIGEST_FILE) and not p.name.startswith(".")
-    ]
-    path = write_json({**lineage, "checkpoint_files": own, "checkpoint_hash": checkpoint_hash(folder)},
+    known = dict(model_hashes or {})
+    own = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name not in (LINEAGE_FILE, LINEAGE_DIGEST_FILE) and not p.name.startswith("."):
+            rel = p.relative_to(folder).as_posix()
+            own.append({"path": rel, "bytes": p.stat().st_size, "sha256": known.get(rel) or file_sha256(p)})
+    hashes = {f["path"]: f["sha256"] for f in own if f["path"] in MODEL_FILES}
+    if missing := [name for name in MODEL_FILES if name not in hashes]:
+        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: not a checkpoint folder speculators saved")
+    path = write_json({**lineage, "checkpoint_files": own, "checkpoint_hash": hash_of_model_files(hashes)},
                       folder / LINEAGE_FILE)
     digest = file_sha256(path)
     (folder / LINEAGE_DIGEST_FILE).write_text(f"{digest}  {LINEAGE_FILE}\n")
     return digest
-
-
-def lineage_digest(checkpoint_dir: str | Path) -> str:
-    """The sha256 of the checkpoint's ``lineage.json`` as it is now."""
-    return file_sha256(Path(checkpoint_dir) / LINEAGE_FILE)
 
 
 def read_lineage(checkpoint_dir: str | Path) -> dict:
@@ -493,17 +495,19 @@ def recorded_digest(instance: dg.DagsterInstance, checkpoint_dir: Path,
     return None
 
 
-def _content_hash(folder: Path) -> str | None:
-    """The checkpoint's content hash (config + weights), None when a file of it is gone."""
-    from eagle_assets.training.checkpoint import checkpoint_hash
+def _model_file_hashes(folder: Path) -> dict[str, str] | None:
+    """The checkpoint's config and weights sha256 (every check that needs them shares one reading),
+    None when a file of them is gone."""
+    from eagle_assets.training.checkpoint import model_file_hashes
 
     try:
-        return checkpoint_hash(folder)
+        return model_file_hashes(folder)
     except OSError:
         return None
 
 
-def _record_problems(folder: Path, instance: dg.DagsterInstance | None, notes: list[str]) -> list[Discrepancy]:
+def _record_problems(folder: Path, instance: dg.DagsterInstance | None, content_hash: str | None,
+                     notes: list[str]) -> list[Discrepancy]:
     """The lineage record against its sha256 beside it and in the instance's materialization metadata."""
     record = folder / LINEAGE_FILE
     actual = file_sha256(record)
@@ -516,7 +520,7 @@ def _record_problems(folder: Path, instance: dg.DagsterInstance | None, notes: l
         problems.append(Discrepancy("changed", LINEAGE_FILE, record, "lineage",
                                     f"sha256 {actual[:16]} differs from {LINEAGE_DIGEST_FILE}: edited since written"))
     if instance is not None:
-        found = recorded_digest(instance, folder, _content_hash(folder) or "")
+        found = recorded_digest(instance, folder, content_hash or "")
         if found is None:
             notes.append(f"the Dagster instance has no {CHECKPOINT_ASSET} materialization of {folder}: "
                          "checked against lineage.sha256 only")
@@ -530,9 +534,9 @@ def _record_problems(folder: Path, instance: dg.DagsterInstance | None, notes: l
     return problems
 
 
-def _checkpoint_problems(folder: Path, lineage: Mapping[str, Any]) -> list[Discrepancy]:
-    """The folder's content hash against its name; training.json against the record."""
-    actual = _content_hash(folder)
+def _checkpoint_problems(folder: Path, lineage: Mapping[str, Any], actual: str | None) -> list[Discrepancy]:
+    """The folder's content hash (``actual``, None when a model file is gone) against its name;
+    training.json against the record."""
     if actual is None:
         return []  # a weights or config file is gone: named as vanished with the checkpoint's files
     problems = []
@@ -549,13 +553,14 @@ def _checkpoint_problems(folder: Path, lineage: Mapping[str, Any]) -> list[Discr
     return problems
 
 
-def _artifact_changed(where: Path, artifact: Mapping[str, Any]) -> str | None:
-    """"vanished", "changed" or None (intact) for one recorded artifact."""
+def _artifact_changed(where: Path, artifact: Mapping[str, Any], sha256: str | None = None) -> str | None:
+    """"vanished", "changed" or None (intact) for one recorded artifact; ``sha256``: the file's, where
+    already computed."""
     if "links" in artifact:
         return "changed" if not where.is_dir() or _links_hash(where) != artifact["sha256"] else None
     if not where.is_file():
         return "vanished"
-    return "changed" if file_sha256(where) != artifact["sha256"] else None
+    return "changed" if (sha256 or file_sha256(where)) != artifact["sha256"] else None
 
 
 def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None,
@@ -566,8 +571,12 @@ def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None,
     folder = Path(checkpoint_dir)
     if not (folder / LINEAGE_FILE).is_file():
         read_lineage(folder)  # raises the clear "not a checkpoint folder" error
+    from eagle_assets.training.checkpoint import hash_of_model_files
+
     notes: list[str] = []
-    problems = _record_problems(folder, instance, notes)
+    model_hashes = _model_file_hashes(folder)
+    content_hash = hash_of_model_files(model_hashes) if model_hashes is not None else None
+    problems = _record_problems(folder, instance, content_hash, notes)
     try:
         lineage = read_lineage(folder)
     except LineageError as exc:
@@ -575,13 +584,14 @@ def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None,
             raise
         return Verification(0, [*problems, Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage",
                                                        str(exc))], notes)
-    problems += _checkpoint_problems(folder, lineage)
+    problems += _checkpoint_problems(folder, lineage, content_hash)
     base = Path(root) if root is not None else Path(lineage["storage_root"])
-    entries = [(base, a, a["asset"]) for a in lineage["artifacts"]]
-    entries += [(folder, f, CHECKPOINT_ASSET) for f in lineage.get("checkpoint_files", [])]
-    for where_root, artifact, asset in entries:
-        where = where_root / artifact["path"]
-        kind = _artifact_changed(where, artifact)
+    known = model_hashes or {}
+    entries = [(base / a["path"], a, a["asset"], None) for a in lineage["artifacts"]]
+    entries += [(folder / f["path"], f, CHECKPOINT_ASSET, known.get(f["path"]))
+                for f in lineage.get("checkpoint_files", [])]
+    for where, artifact, asset, sha256 in entries:
+        kind = _artifact_changed(where, artifact, sha256)
         if kind:
             problems.append(Discrepancy(kind, artifact["path"], where, asset))
     return Verification(len(entries), problems, notes)

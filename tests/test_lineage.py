@@ -46,7 +46,7 @@ from eagle_assets.lineage import (
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import combined_hash, file_sha256, write_json
-from eagle_assets.training.checkpoint import checkpoint_hash
+from eagle_assets.training.checkpoint import checkpoint_hash, keep_checkpoint
 from eagle_assets.training.data_dir import build_training_data
 
 pytestmark = pytest.mark.integration
@@ -181,6 +181,52 @@ def test_verify_passes_on_an_intact_chain(chain):
     result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": str(home)})
     assert result.exit_code == 0, result.output
     assert result.output.startswith("ok: lineage.json matches lineage.sha256 and the Dagster instance; ")
+
+
+def _weight_reads(monkeypatch) -> list[Path]:
+    """Every hashing of a ``model.safetensors`` from now on, by the modules that hash checkpoint files."""
+    import eagle_assets.lineage
+    import eagle_assets.training.checkpoint
+
+    reads = []
+
+    def counting(path):
+        if Path(path).name == "model.safetensors":
+            reads.append(Path(path))
+        return file_sha256(path)
+
+    for module in (eagle_assets.lineage, eagle_assets.training.checkpoint):
+        monkeypatch.setattr(module, "file_sha256", counting)
+    return reads
+
+
+def test_verify_reads_the_weights_once(chain, monkeypatch):
+    instance, _, ckpt, _ = chain
+    reads = _weight_reads(monkeypatch)
+    result = verify_lineage(ckpt, instance=instance)
+    assert result.problems == [] and result.notes == []
+    assert reads == [ckpt / "model.safetensors"]  # content hash, record lookup and file check share it
+
+
+def test_keeping_a_checkpoint_reads_its_weights_once_and_returns_the_lineage_sha256(tmp_path, monkeypatch):
+    import torch
+
+    best = tmp_path / "best"
+    best.mkdir()
+    save_file({"w": torch.arange(8, dtype=torch.float32)}, str(best / "model.safetensors"))
+    (best / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
+    reads = _weight_reads(monkeypatch)
+    folder, digest, lineage_sha256 = keep_checkpoint(
+        best, tmp_path / "kept", {"training.json": {"seed": 0}},
+        finish=lambda tmp, model_hashes: write_lineage(tmp, {"storage_root": str(tmp_path)}, model_hashes))
+    assert reads == [best / "model.safetensors"]  # named the folder; the lineage record reuses it
+    monkeypatch.undo()
+    lineage = json.loads((folder / LINEAGE_FILE).read_text())
+    assert folder.name == digest[:16] and lineage["checkpoint_hash"] == digest == checkpoint_hash(folder)
+    assert {f["path"]: f["sha256"] for f in lineage["checkpoint_files"]} == {
+        name: file_sha256(folder / name) for name in ("config.json", "model.safetensors", "training.json")}
+    assert lineage_sha256 == file_sha256(folder / LINEAGE_FILE)
+    assert (folder / LINEAGE_DIGEST_FILE).read_text() == f"{lineage_sha256}  {LINEAGE_FILE}\n"
 
 
 def _edited(lineage: dict, edit: str) -> dict:

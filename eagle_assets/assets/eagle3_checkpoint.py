@@ -184,15 +184,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         }
         from eagle_assets.lineage import (
             LINEAGE_DIGEST_KEY,
-            lineage_digest,
             lineage_for_checkpoint,
             lineage_metadata,
             write_lineage,
         )
 
         lineage = lineage_for_checkpoint(context, root, chosen, training=training, training_folder=data.path)
-        folder, digest = keep_checkpoint(run.best_dir, storage.path(ASSET), {TRAINING_FILE: training},
-                                         finish=lambda tmp: write_lineage(tmp, lineage))
+        folder, digest, lineage_sha256 = keep_checkpoint(
+            run.best_dir, storage.path(ASSET), {TRAINING_FILE: training},
+            finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes))
         write_json({"path": str(folder), "data_version": digest}, storage.path(ASSET) / LATEST_FILE)
         context.log.info(f"kept checkpoint {folder} (epoch {summary['best_epoch']}, val loss {summary['val_loss']:.4f}) "
                          f"after {time.monotonic() - started:.0f}s")
@@ -216,7 +216,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             **lineage_metadata(lineage),
             **plan_metadata(root, chosen, manifest, model_path, backend.text_config(model_path), context.log),
             # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
-            LINEAGE_DIGEST_KEY: lineage_digest(folder),
+            LINEAGE_DIGEST_KEY: lineage_sha256,
         }
         return dg.MaterializeResult(
             metadata={k: v for k, v in metadata.items() if v is not None},

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -27,16 +27,31 @@ MODEL_FILES = ("config.json", "model.safetensors")
 TRAINING_STATE_FILES = ("optimizer_state_dict.pt", "scheduler_state_dict.pt", "training_state.json")
 
 
+def model_file_hashes(folder: Path) -> dict[str, str]:
+    """The sha256 of the checkpoint's config and weights, by file name."""
+    return {name: file_sha256(Path(folder) / name) for name in MODEL_FILES}
+
+
+def hash_of_model_files(file_hashes: Mapping[str, str]) -> str:
+    """The content hash of a checkpoint from its :func:`model_file_hashes` (the weights are large:
+    each check that needs their sha256 takes it from there instead of reading them again)."""
+    return combined_hash(f"{name}:{file_hashes[name]}" for name in MODEL_FILES)
+
+
 def checkpoint_hash(folder: Path) -> str:
     """The content hash of a checkpoint: its config and weights."""
-    return combined_hash(f"{name}:{file_sha256(Path(folder) / name)}" for name in MODEL_FILES)
+    return hash_of_model_files(model_file_hashes(folder))
 
 
 def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict],
-                    finish: Callable[[Path], object] | None = None) -> tuple[Path, str]:
+                    finish: Callable[[Path, Mapping[str, str]], object] | None = None) -> tuple[Path, str, object]:
     """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<hash>``;
-    ``finish`` (e.g. the lineage writer) runs on the complete folder before it takes its final name."""
-    digest = checkpoint_hash(best_dir)
+    ``finish`` (e.g. the lineage writer) runs on the complete folder before it takes its final name,
+    given the :func:`model_file_hashes` of the copied files. Returns (folder, content hash, what
+    ``finish`` returned)."""
+    hashes = model_file_hashes(best_dir)
+    digest = hash_of_model_files(hashes)
+    finished = None
     final = Path(out_root) / digest[:16]
     out_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=out_root))
@@ -47,14 +62,14 @@ def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict],
         for name, content in extra_json.items():
             write_json(content, tmp / name)
         if finish is not None:
-            finish(tmp)
+            finished = finish(tmp, hashes)
         if final.exists():  # the same weights kept before: refresh the metadata files
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final, digest
+    return final, digest, finished
 
 
 def load_with_speculators(folder: Path):
