@@ -149,7 +149,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 f"{manifest.verifier_id}), but the verifier resource is {model_path} (identity {verifier.identity()}): "
                 "re-materialize hidden_states, or point verifier.model_path at the captured verifier"
             )
-        settings, resolved = resolve_settings(settings, VerifierShape.of(backend.text_config(model_path)))
+        text_config = backend.text_config(model_path)  # the decoder's: for the settings and the capacity plan
+        settings, resolved = resolve_settings(settings, VerifierShape.of(text_config))
         for name, how in resolved.items():
             context.log.info(f"{name} unset: {how}")
         context.log.info(
@@ -214,7 +215,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "tokens_per_s": summary["tokens_per_s"],
             **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
             **lineage_metadata(lineage),
-            **plan_metadata(root, chosen, manifest, model_path, backend.text_config(model_path), context.log),
+            **plan_metadata(root, chosen, manifest, model_path, text_config, context.log),
             # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
             LINEAGE_DIGEST_KEY: lineage_sha256,
         }
