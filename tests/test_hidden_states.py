@@ -192,6 +192,7 @@ def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifi
     [check] = result.get_asset_check_evaluations()
     assert not check.passed and check.metadata["problems"].value == 1
     assert "changed since it was indexed" in check.metadata["examples"].value
+    assert check.description.startswith("1 of 3 sampled files") and "delete the files" in check.description
 
 
 KILLED_RUN = """

@@ -191,6 +191,8 @@ def test_a_source_raising_midway_keeps_its_rows_and_blocks_downstream(storage_ro
     error = mat.metadata["source_error"].value
     assert "source 'flaky'" in error and "ConnectionError: network dropped" in error and "row2" in error
     assert table(storage_root, "flaky").num_rows == 3
-    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-    assert checks == {"source_read_completely": False, "has_prompts": True}
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert {name: c.passed for name, c in checks.items()} == {"source_read_completely": False, "has_prompts": True}
+    assert "after 3 rows" in checks["source_read_completely"].description  # what failed, then what to change
+    assert "`location`" in checks["source_read_completely"].metadata["what_to_change"].value
     assert not result.asset_materializations_for_node("downstream")  # the blocking check stopped it

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from eagle_assets.assets.check_results import check_result
+from eagle_assets.assets.group import PIPELINE
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.capacity import asset_plan_metadata, feature_bytes_per_token, shape_of
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
@@ -48,7 +50,7 @@ FORMATS = {
 }
 
 class HiddenStatesConfig(dg.Config):
-    """Launchpad settings of the ``hidden_states`` asset."""
+    """Launchpad settings of the `hidden_states` asset."""
 
     splits: list[str] = Field(
         default_factory=list, description="Only rows of these splits, as the current prompts table assigns them "
@@ -109,23 +111,28 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         name="hidden_states",
         partitions_def=partitions,
         deps=["token_sequences"],
-        group_name="training_data",
+        group_name=PIPELINE,
         kinds={"pytorch", "safetensors"},
         code_version=CODE_VERSION,
         pool="gpu",
     )
     def hidden_states(context: dg.AssetExecutionContext, config: HiddenStatesConfig, storage: StorageRoot,
                       verifier: Verifier) -> dg.MaterializeResult:
-        """The verifier's hidden states for every token_sequences row: the auxiliary layers (backend
-        default [2, n//2, n-3]) and the final layer before its norm, [seq, n_aux+1, H], plus the
-        row's token ids, one safetensors file per distinct (tokens, verifier, layers, storage dtype)
-        content id. Stored bf16, or fp8 with ``verifier.feature_dtype: fp8`` (hs-connectors' format:
-        e4m3 states + one fp32 scale per token, half the bytes, read by speculators' ``fp8`` backend).
+        """The verifier's hidden states for every `token_sequences` row, the features the draft trains on.
 
-        Files are written atomically and never rewritten, so a killed run resumes by skipping what
-        exists; an ``index.parquet`` maps rows to files and ``manifest.json`` records the verifier.
-        On a host with several GPUs one worker process per GPU extracts a share of the rows
-        (``verifier.devices``); the result is the same files and index.
+        Per row, the auxiliary layers (backend default `[2, n//2, n-3]`) and the final layer before
+        its norm, `[seq, n_aux+1, H]`, plus the row's token ids: one safetensors file per distinct
+        (tokens, verifier, layers, storage dtype) content id, in speculators' on-disk format.
+
+        - **dtype**: bf16, or fp8 with `verifier.feature_dtype: fp8` (hs-connectors' format: e4m3
+          states + one fp32 scale per token, half the bytes, read by speculators' `fp8` backend).
+        - **resumable**: files are written atomically and never rewritten, so a killed run resumes
+          by skipping what exists; `index.parquet` maps rows to files, `manifest.json` records the
+          verifier.
+        - **several GPUs**: one worker process per device in `verifier.devices` extracts a share of
+          the rows; the files and index are the same.
+        - **disk**: the write is estimated first; the run fails before loading the model when free
+          space is short of estimate + `disk_headroom_gb`.
         """
         partition = context.partition_key
         source = storage.path("token_sequences", partition) / SEQUENCES_FILE
@@ -241,8 +248,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
         rows = pq.read_table(storage.path("token_sequences", partition) / SEQUENCES_FILE, columns=["prompt_id", "input_ids"])
         tokens = dict(zip(rows["prompt_id"].to_pylist(), list_rows(rows["input_ids"])))
-        problems = []
-        for entry in random.Random(0).sample(index, min(CHECK_SAMPLE, len(index))):
+        problems, checked = [], min(CHECK_SAMPLE, len(index))
+        for entry in random.Random(0).sample(index, checked):
             path = folder / entry["file"]
             if not path.exists():
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) is missing")
@@ -252,12 +259,14 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 problems.append(f"{entry['file']} holds other tokens than row {entry['prompt_id']} of token_sequences")
             elif (SCALES_KEY in sample) != (dtype == FP8):
                 problems.append(f"{entry['file']} is not stored as {dtype}, the dtype manifest.json records")
-        return dg.AssetCheckResult(
-            passed=not problems,
-            metadata={"checked": min(CHECK_SAMPLE, len(index)), "problems": len(problems),
-                      "examples": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:10]) or "none")},
-            description="re-materialize hidden_states (it re-extracts missing files; delete changed ones first)"
-            if problems else None,
+        return check_result(
+            not problems,
+            {"checked": checked, "problems": len(problems),
+             "examples": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:10]) or "none")},
+            failed=f"{len(problems)} of {checked} sampled files do not match their index row, e.g. "
+                   f"{problems[0] if problems else ''}",
+            fix="delete the files `examples` names (a missing one needs nothing), then re-materialize "
+                "hidden_states for this partition: it re-extracts every missing file",
         )
 
     return {"assets": [hidden_states], "checks": [files_match_rows]}

@@ -7,6 +7,8 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from eagle_assets.assets.check_results import check_result
+from eagle_assets.assets.group import PIPELINE
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.plugin_manager import dataset_source, load_errors
 from eagle_assets.prompt_collection import Collection, collect
@@ -99,11 +101,34 @@ def _metadata(found: Collection, table: pa.Table, path, version: str, location: 
     return meta
 
 
+def check_results(found: Collection, kept: int) -> list[dg.AssetCheckResult]:
+    """``source_read_completely`` and ``has_prompts``; a failure names the counts and what to change."""
+    reasons = ", ".join(f"{n} {reason}" for reason, n in found.skipped_by_reason.most_common()) or "none"
+    return [
+        check_result(
+            found.error is None, {"error": found.error or "", "rows_read": found.rows_read},
+            check_name="source_read_completely",
+            failed=found.error or "",
+            fix="repair the row the error names, set `location` to a readable copy of the dataset, or fix the "
+                "plugin; then re-materialize this partition (the rows read before the error are kept meanwhile)",
+        ),
+        check_result(
+            kept > 0, {"rows_kept": kept, "rows_read": found.rows_read, "skipped": len(found.skips),
+                       "duplicates": found.duplicates},
+            check_name="has_prompts",
+            failed=f"no usable prompt: {found.rows_read} rows read, {len(found.skips)} skipped ({reasons}), "
+                   f"{found.duplicates} duplicates",
+            fix="point `location` at chat prompts (rows with OpenAI `messages` or ShareGPT `conversations`); "
+                "`skipped_examples` and skipped.json say why each row was skipped",
+        ),
+    ]
+
+
 def build(partitions: dg.PartitionsDefinition) -> dict:
     @dg.asset(
         name="prompts",
         partitions_def=partitions,
-        group_name="prompts",
+        group_name=PIPELINE,
         kinds={"python", "parquet"},
         code_version=CODE_VERSION,
         check_specs=[
@@ -172,18 +197,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             metadata={**_metadata(found, table, path, version, location, rule),
                       **asset_plan_metadata(storage.root, [name], "prompts")},
             data_version=dg.DataVersion(_content_hash(table)),
-            check_results=[
-                dg.AssetCheckResult(
-                    check_name="source_read_completely",
-                    passed=found.error is None,
-                    metadata={"error": found.error or "", "rows_read": found.rows_read},
-                ),
-                dg.AssetCheckResult(
-                    check_name="has_prompts",
-                    passed=table.num_rows > 0,
-                    metadata={"rows_kept": table.num_rows, "skipped": len(found.skips)},
-                ),
-            ],
+            check_results=check_results(found, table.num_rows),
         )
 
     return {"assets": [prompts]}

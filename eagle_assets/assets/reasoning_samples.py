@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from eagle_assets.assets import prompts as prompts_asset
+from eagle_assets.assets.check_results import check_result
+from eagle_assets.assets.group import PIPELINE
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
@@ -153,25 +155,52 @@ def _quality_metadata(samples: pa.Table) -> dict:
     }
 
 
+def error_rate_check_result(meta: dict, limit: float, examples: list[str]) -> dg.AssetCheckResult:
+    """Selected prompts without an ok sample against `limit`; a failure names the counts and the first errors."""
+    rate = meta["error_rate"]
+    return check_result(
+        rate <= limit,
+        {"error_rate": rate, "limit": limit, "errors": meta["errors"], "missing": meta["missing"],
+         "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in examples) or "none")},
+        check_name="error_rate_below_limit",
+        failed=f"{rate:.1%} of {meta['prompts_selected']} selected prompts have no ok sample ({meta['errors']} "
+               f"errors, {meta['missing']} never captured), above max_error_rate {limit:.1%}",
+        fix="re-materialize reasoning_samples: it retries only those prompts (the errors are in `examples` and "
+            "the run log); for timeouts raise request_timeout_s or lower concurrency; to train on fewer samples, "
+            "raise max_error_rate",
+    )
+
+
+def truncation_check_result(meta: dict, limit: float, max_tokens: int) -> dg.AssetCheckResult:
+    """Ok samples cut at max_tokens against `limit` (a warning: cut samples are still the verifier's text)."""
+    rate = meta["truncation_rate"]
+    return check_result(
+        rate <= limit,
+        {"truncation_rate": rate, "limit": limit, "truncated": meta["truncated"], "max_tokens": max_tokens},
+        check_name="truncation_rate_below_limit",
+        severity=dg.AssetCheckSeverity.WARN,
+        failed=f"{meta['truncated']} of {meta['ok']} ok samples ({rate:.1%}) stopped at max_tokens={max_tokens}, "
+               f"above max_truncation_rate {limit:.1%}",
+        fix="raise max_tokens (and vllm_server.max_model_len to fit prompt + max_tokens) and re-materialize, or "
+            "raise max_truncation_rate; token_sequences' quality_policy.truncated decides whether cut samples train",
+    )
+
+
 def quality_check_result(meta: dict, limit: float) -> dg.AssetCheckResult:
     """The non-ok share against `limit`; a failure names the classes, their shares and what to change."""
     share = meta["quality/non_ok_share"]
     found = sorted(((meta[f"quality/{name}_share"], name) for name in QUALITY_CLASSES if name != "ok"
                     and meta[f"quality/{name}"]), reverse=True)
-    passed = share <= limit
-    return dg.AssetCheckResult(
+    return check_result(
+        share <= limit,
+        {"non_ok_share": share, "limit": limit,
+         **{f"{name}_share": value for value, name in found},
+         **{name: meta[f"quality/{name}"] for _, name in found}},
         check_name="quality_non_ok_share_below_limit",
-        passed=passed,
         severity=dg.AssetCheckSeverity.WARN,
-        metadata={"non_ok_share": share, "limit": limit,
-                  **{f"{name}_share": value for value, name in found},
-                  **{name: meta[f"quality/{name}"] for _, name in found},
-                  "what_to_change": dg.MetadataValue.md("\n".join(f"- {name}: {REMEDIES[name]}" for _, name in found)
-                                                        or "nothing")},
-        description=None if passed else (
-            f"{share:.1%} of the samples are not ok (limit {limit:.1%}, max_non_ok_share): "
-            + "; ".join(f"{name} {value:.1%} ({REMEDIES[name]})" for value, name in found)
-        ),
+        failed=f"{share:.1%} of the samples are not ok, above max_non_ok_share {limit:.1%}: "
+               + ", ".join(f"{name} {value:.1%}" for value, name in found),
+        fix="\n".join(f"- {name}: {REMEDIES[name]}" for _, name in found),
     )
 
 
@@ -180,7 +209,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         name="reasoning_samples",
         partitions_def=partitions,
         deps=["prompts"],
-        group_name="generation",
+        group_name=PIPELINE,
         kinds={"vllm", "parquet"},
         code_version=CODE_VERSION,
         pool="gpu",  # the server holds the GPUs: never beside hidden-state extraction
@@ -286,19 +315,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             metadata=meta,
             data_version=dg.DataVersion(content_hash(samples)),
             check_results=[
-                dg.AssetCheckResult(
-                    check_name="error_rate_below_limit",
-                    passed=meta["error_rate"] <= config.max_error_rate,
-                    metadata={"error_rate": meta["error_rate"], "limit": config.max_error_rate,
-                              "errors": meta["errors"], "missing": meta["missing"]},
-                ),
-                dg.AssetCheckResult(
-                    check_name="truncation_rate_below_limit",
-                    passed=meta["truncation_rate"] <= config.max_truncation_rate,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    metadata={"truncation_rate": meta["truncation_rate"], "limit": config.max_truncation_rate,
-                              "hint": "raise max_tokens (and the server's max_model_len) if this fails"},
-                ),
+                error_rate_check_result(meta, config.max_error_rate, _error_examples(samples, shown=5)),
+                truncation_check_result(meta, config.max_truncation_rate, config.max_tokens),
                 quality_check_result(meta, config.max_non_ok_share),
             ],
         )

@@ -10,6 +10,8 @@ import dagster as dg
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from eagle_assets.assets.check_results import check_result
+from eagle_assets.assets.group import PIPELINE
 from eagle_assets.assets.prompts import FILE_NAME as PROMPTS_FILE
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.quality import count_classes
@@ -96,26 +98,31 @@ def renderer(verifier: Verifier):
 
 
 def drift_check_result(report: DriftReport) -> dg.AssetCheckResult:
+    """Fails (error) on any prompt mismatch, warns on many completion mismatches, saying which and what to do."""
     prompt_ok = report.prompt_mismatch_rate <= MAX_PROMPT_MISMATCH_RATE
-    completion_ok = report.completion_mismatch_rate <= WARN_COMPLETION_MISMATCH_RATE
-    return dg.AssetCheckResult(
+    rates = (f"of {report.checked} re-rendered samples, {report.prompt_mismatches} prompts "
+             f"({report.prompt_mismatch_rate:.1%}, limit {MAX_PROMPT_MISMATCH_RATE:.0%}) and "
+             f"{report.completion_mismatches} completions ({report.completion_mismatch_rate:.1%}, warning above "
+             f"{WARN_COMPLETION_MISMATCH_RATE:.0%}) differ from the server's tokens")
+    return check_result(
+        prompt_ok and report.completion_mismatch_rate <= WARN_COMPLETION_MISMATCH_RATE,
+        {**report.metadata(),
+         "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in report.examples[:10]) or "none")},
         check_name="template_drift",
-        passed=prompt_ok and completion_ok,
         severity=dg.AssetCheckSeverity.ERROR if not prompt_ok else dg.AssetCheckSeverity.WARN,
-        metadata={**report.metadata(), "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in report.examples[:10]) or "none")},
-        description=None if prompt_ok else (
-            "the local chat template/tokenizer does not reproduce the server's prompt tokens: the verifier "
-            "folder differs from the one that generated the samples; regenerate or point verifier.model_path at it"
-        ),
+        failed=rates,
+        fix="point verifier.model_path at the folder that served the samples (its chat template or tokenizer "
+            "differs), or re-materialize reasoning_samples with the current verifier" if not prompt_ok else
+            "some sampled completions tokenize differently when re-encoded (a few are normal); if many, use the "
+            "server's tokenizers/transformers versions here: rows rendered without server tokens would differ",
     )
-
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
     @dg.asset(
         name="token_sequences",
         partitions_def=partitions,
         deps=["reasoning_samples", "prompts"],
-        group_name="training_data",
+        group_name=PIPELINE,
         kinds={"python", "parquet"},
         code_version=CODE_VERSION,
     )

@@ -1,0 +1,17 @@
+"""One shape for every asset check's result: a failure says what failed, with the numbers, and what to change."""
+
+import dagster as dg
+
+
+def check_result(passed: bool, metadata: dict, *, failed: str, fix: str, check_name: str | None = None,
+                 severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+    """``metadata`` plus, when the check fails, ``what_failed`` and ``what_to_change`` (Markdown), and a
+    description of both: the UI shows the description beside the red check, the metadata in its history."""
+    failure = {} if passed else {"what_failed": failed, "what_to_change": dg.MetadataValue.md(fix)}
+    return dg.AssetCheckResult(
+        check_name=check_name,
+        passed=passed,
+        severity=severity,
+        metadata={**metadata, **failure},
+        description=None if passed else f"{failed}\n\nWhat to change: {fix}",
+    )
