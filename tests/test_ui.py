@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from eagle_assets.assets.group import PIPELINE
+
 REPO = Path(__file__).resolve().parent.parent
 PORTS = range(3100, 3110)  # this project's share of local ports
 START_TIMEOUT_S = 300
@@ -115,7 +117,7 @@ def test_ui_shows_the_asset_graph_and_runs_prompts_for_the_demo_partition(dagste
     # Every asset of the code location is in the UI's graph (it grows as families join).
     assert {tuple(k.path) for k in build_definitions().resolve_asset_graph().get_all_asset_keys()} <= set(nodes)
     prompts = nodes[("prompts",)]
-    assert prompts["groupName"] == "prompts"
+    assert prompts["groupName"] == PIPELINE
     assert {"demo", "jsonl", "parquet", "open_perfectblend"} <= set(prompts["partitionKeys"])
 
     params = {
