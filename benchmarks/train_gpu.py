@@ -8,14 +8,24 @@ The verifier folder holds only ``config.json`` and a ``model.safetensors`` with 
 ``model.embed_tokens.weight``, ``lm_head.weight`` and ``model.norm.weight`` (all speculators reads);
 random bf16 hidden states for aux layers [2, 16, 29] + the final layer are written in the storage layout
 of the ``hidden_states`` asset. Every run trains a 1-layer EAGLE-3 draft (draft vocab 32000, ttt 3,
-8192-token packed rows, eager loss, Muon, lr 1e-3, seed 0) on the same training folder, and every run
-records its metrics every 10th step:
+8192-token packed rows, Muon, lr 1e-3, seed 0) on the same training folder, and every run records its
+metrics every 10th step:
 
 - ``ours``: the ``eagle3_checkpoint`` asset's command (:mod:`eagle_assets.training.runner`): speculators'
   trainer with one loader worker per spare CPU core (15 on a 16-core H200 host) whose large buffers stay
-  mapped between batches (:mod:`eagle_assets.training.loader_workers`);
+  mapped between batches (:mod:`eagle_assets.training.loader_workers`), batches copied to the GPU a step
+  ahead (:mod:`eagle_assets.training.device_batches`), no per-step host syncs
+  (:mod:`eagle_assets.training.host_syncs`) and speculators' fused loss, callable under torch.compile
+  through :mod:`eagle_assets.training.fused_loss`;
 - ``speculators``: ``python -m speculators train`` with the same model/data flags, ``--log-freq 10`` (its
-  own code says to keep log_freq > 1 for speed) and its own defaults otherwise (12 loader workers);
+  own code says to keep log_freq > 1 for speed), ``--loss-implementation eager`` and its own defaults
+  otherwise (12 loader workers). Its default loss, ``fused``, fails under torch.compile on torch 2.11:
+  ``speculators-fused`` (the CLI with its default loss; a variant that may fail, run once with ``--once``)
+  shows it in the same job;
+- ``gpu-bound``: ``benchmarks/train_step_probe.py`` with ``ours``' flags: the trainer's own steps over
+  8 batches kept on the GPU (no data loading), timed after compilation -- the ceiling ``ours`` is
+  measured against (``gpu_bound_fraction`` = median(ours) / median(gpu-bound)); the probe also times the
+  eager loss and, with ``--probe-args``, more (see its docstring);
 - ``speculators-wN``: the same CLI given our worker count too (``--num-workers N``): our change *is*
   the loader (its worker count and memory reuse), so both baselines are shown;
 - ``ours-fp8`` (with ``--fp8-features``): ``ours`` on the same rows stored as FP8 (hs-connectors' format,
@@ -128,7 +138,7 @@ def spread(values: list[float]) -> float:
 
 
 def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, layer_ids: list[int], shape: dict,
-                     workers: int, fp8=None) -> dict[str, Callable[[Path], list[str]]]:
+                     workers: int, fp8=None, probe_args: tuple[str, ...] = ()) -> dict[str, Callable[[Path], list[str]]]:
     """Each variant's command line for a fresh save folder (named by the repeat); ``fp8``: the
     (training data, vocab) of the fp8-stored copy of the rows, for ``ours-fp8``."""
 
@@ -136,31 +146,70 @@ def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, la
         argv = runner.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
         return runner.launch_command(settings, save / "metrics.jsonl", argv)
 
+    def gpu_bound(save: Path) -> list[str]:
+        argv = runner.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
+        return [sys.executable, str(ROOT / "benchmarks" / "train_step_probe.py"), *probe_args,
+                "--metrics-file", str(save / "metrics.jsonl"), "--", *argv]
+
     def cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
         return [sys.executable, "-m", "speculators", "train",
                 "--verifier-name-or-path", str(verifier), "--data-path", str(data.path),
                 "--save-path", str(save / "checkpoints"), "--log-dir", str(save / "logs"),
                 "--draft-vocab-size", str(vocab.size), "--total-seq-len", str(settings.total_seq_len),
                 "--epochs", str(settings.epochs), "--target-layer-ids", *map(str, layer_ids[:-1]),
-                "--mask-token-id", str(shape["eos_token_id"]), "--loss-implementation", "eager",
+                "--mask-token-id", str(shape["eos_token_id"]),
                 "--seed", str(settings.seed), "--lr", str(settings.lr), "--train-data-ratio",
                 str(data.train_data_ratio), "--log-freq", str(settings.log_every_steps), *extra]
 
-    commands = {"ours": ours, "speculators": cli,
-                f"speculators-w{workers}": lambda save: cli(save, ("--num-workers", str(workers)))}
+    def eager_cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
+        return cli(save, ("--loss-implementation", "eager", *extra))
+
+    commands = {"ours": ours, "speculators": eager_cli, "gpu-bound": gpu_bound,
+                f"speculators-w{workers}": lambda save: eager_cli(save, ("--num-workers", str(workers))),
+                "speculators-fused": cli}
     if fp8 is not None:
         commands["ours-fp8"] = lambda save: ours(save, *fp8)
     return commands
 
 
 def timed_run(name: str, command: list[str], save: Path, epochs: int) -> StampedLog:
-    """One training process, stopped once its last epoch completes (its last validation/save are untimed)."""
+    """One training process, stopped once its last epoch completes (its last validation/save are untimed);
+    raises ``TrainingFailed`` if it ends before."""
     save.mkdir(parents=True)
     log = StampedLog(name, quiet=True)
     runner.run_streaming(command, log, cwd=save, done=lambda: (epochs, "completed") in log.marks)
     if (epochs, "completed") not in log.marks:
-        sys.exit(f"{name} exited before epoch {epochs}/{epochs} completed")
+        raise runner.TrainingFailed(f"{name} exited before epoch {epochs}/{epochs} completed")
     return log
+
+
+class ProbeLog(StampedLog):
+    """The probe's lines (all printed), its resident-step rates and when it started probing."""
+
+    RATE = re.compile(r"probe resident loss=(\w+) \(without host syncs\).*tokens_per_s=(\d+)")
+
+    def __init__(self, name: str):
+        super().__init__(name, quiet=False)
+        self.rates: dict[str, float] = {}
+        self.probing: float | None = None
+
+    def info(self, line: str) -> None:
+        super().info(line)
+        if line.startswith("probe:") and self.probing is None:
+            self.probing = time.perf_counter()
+        match = self.RATE.search(line)
+        if match:
+            self.rates[match.group(1)] = float(match.group(2))
+
+
+def probe_run(name: str, command: list[str], save: Path, loss: str) -> tuple[float, float, ProbeLog]:
+    """The gpu-bound probe: (tokens/s of resident steps with ``loss``, start-up seconds, its log)."""
+    save.mkdir(parents=True)
+    log = ProbeLog(name)
+    runner.run_streaming(command, log, cwd=save)
+    if loss not in log.rates:
+        raise runner.TrainingFailed(f"{name} printed no resident rate for the {loss} loss")
+    return log.rates[loss], log.probing - log.created, log
 
 
 def main() -> None:
@@ -177,6 +226,11 @@ def main() -> None:
                         help="subset of: ours speculators speculators-wN ours-fp8 (default: all)")
     parser.add_argument("--fp8-features", action="store_true",
                         help="also train on the same rows stored as fp8 (variant ours-fp8)")
+    parser.add_argument("--once", nargs="*", default=["speculators-fused"],
+                        help="variants run in the first repeat only (default: speculators-fused, which is "
+                             "expected to fail on torch 2.11)")
+    parser.add_argument("--probe-args", default="--losses fused eager",
+                        help="flags for benchmarks/train_step_probe.py (variant gpu-bound)")
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="start no run that would likely end past this many seconds (the last run's length "
                              "as its estimate: the first one compiles cold); the summary covers the runs done")
@@ -233,7 +287,9 @@ def main() -> None:
         return
 
     workers = gpu_worker_count(settings.num_processes)
-    commands = variant_commands(settings, data, vocab, verifier, layer_ids, shape, workers, fp8)
+    settings_loss = "fused" if settings.loss_implementation == "auto" else settings.loss_implementation
+    commands = variant_commands(settings, data, vocab, verifier, layer_ids, shape, workers, fp8,
+                                tuple(args.probe_args.split()))
     names = args.variants or list(commands)
     unknown = set(names) - set(commands)
     if unknown:
@@ -261,11 +317,17 @@ def main() -> None:
                          f"this run's are {setup_key}: give a new file")
             finished[(record["repeat"], record["name"])] = record
     last_run_s = 0.0
+    failures: list[str] = []
     for repeat in range(args.repeats):
         order = names[repeat % len(names):] + names[: repeat % len(names)]
         for name in order:
+            if repeat and name in args.once:
+                continue
             if (repeat, name) in finished:
                 record = finished[(repeat, name)]
+                if record.get("failed"):
+                    failures.append(record["line"] + " (from --runs-file)")
+                    continue
                 rates[name].append(record["tokens_per_s"])
                 startups[name].append(record["startup_s"])
                 lines.append(record["line"] + " (from --runs-file)")
@@ -273,42 +335,61 @@ def main() -> None:
             if args.time_budget_s and time.perf_counter() - started + last_run_s > args.time_budget_s:
                 break
             save = work / f"{name}-{repeat}"
-            log = timed_run(name, commands[name](save), save, args.epochs)
-            rate = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs))
-            rates[name].append(rate)
-            startups[name].append(log.startup_seconds())
-            run_s = time.perf_counter() - log.created
-            last_run_s = run_s
-            line = (f"run repeat={repeat + 1} {name}: whole run {run_s:.0f}s, startup {log.startup_seconds():.1f}s, "
-                    f"epoch 1 (compile) {log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
-                    f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s")
+            run_started = time.perf_counter()
+            record = dict(setup=setup_key, repeat=repeat, name=name)
+            try:
+                if name == "gpu-bound":
+                    rate, startup, probe_log = probe_run(name, commands[name](save), save, settings_loss)
+                    line = (f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
+                            f"startup {startup:.1f}s, resident-step rates {probe_log.rates}, {rate:.0f} tok/s")
+                else:
+                    log = timed_run(name, commands[name](save), save, args.epochs)
+                    rate, startup = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs)), log.startup_seconds()
+                    line = (f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
+                            f"startup {startup:.1f}s, epoch 1 (compile) "
+                            f"{log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
+                            f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s")
+                rates[name].append(rate)
+                startups[name].append(startup)
+                lines.append(line)
+                record.update(tokens_per_s=rate, startup_s=startup, line=line)
+            except runner.TrainingFailed as failure:
+                line = f"run repeat={repeat + 1} {name}: FAILED: {str(failure)[-1500:]}"
+                failures.append(line)
+                record.update(failed=True, line=line)
             print(line, flush=True)
-            lines.append(line)
+            last_run_s = time.perf_counter() - run_started
             if args.runs_file:
                 with args.runs_file.open("a") as runs_file:
-                    runs_file.write(json.dumps(dict(setup=setup_key, repeat=repeat, name=name, tokens_per_s=rate,
-                                                    startup_s=log.startup_seconds(), line=line)) + "\n")
+                    runs_file.write(json.dumps(record) + "\n")
             shutil.rmtree(save, ignore_errors=True)  # checkpoints of an 8B-shaped draft are GBs
             if out:
-                (out / "train_gpu_runs.txt").write_text("\n".join(lines) + "\n")
+                (out / "train_gpu_runs.txt").write_text("\n".join(lines + failures) + "\n")
 
     done = [name for name in names if rates[name]]
-    if len(done) < len(names) or any(len(rates[name]) < args.repeats for name in names):
-        print(f"time budget {args.time_budget_s:.0f}s reached: runs done "
-              f"{ {name: len(rates[name]) for name in names} } of {args.repeats} each", flush=True)
+    expected = {name: 1 if name in args.once else args.repeats for name in names}
+    failed = {name for name in names if any(f" {name}: FAILED" in line for line in failures)}
+    if any(len(rates[name]) < expected[name] for name in set(names) - failed):
+        print(f"time budget {args.time_budget_s}s reached: runs done "
+              f"{ {name: len(rates[name]) for name in names} } of {expected}", flush=True)
     names = done
-    summary = []
+    summary = [*failures]
     for name in names:
         summary.append(f"{name}: tokens/s median {statistics.median(rates[name]):.0f} (runs "
                        f"{' '.join(f'{r:.0f}' for r in rates[name])}; spread {spread(rates[name]):.1%}); "
                        f"start-up median {statistics.median(startups[name]):.1f}s")
         summary.append(f"{name.replace('-', '_')}_tokens_per_s={statistics.median(rates[name]):.0f}")
-    for name in names[1:]:
-        if name == "ours-fp8" and rates.get("ours"):
+    for name in names:
+        if name == "ours" or not rates.get("ours"):
+            continue
+        if name == "gpu-bound":
+            summary.append(f"gpu_bound_fraction={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
+                           f"(ours' median over the resident-batch step rate, {settings_loss} loss)")
+        elif name == "ours-fp8":
             paired = [a / b for a, b in zip(rates[name], rates["ours"])]
             summary.append(f"fp8_train_throughput_ratio={statistics.median(rates[name]) / statistics.median(rates['ours']):.3f} "
                            f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})")
-        elif rates.get("ours"):
+        else:
             key = "train_throughput_ratio" if name == "speculators" else f"train_throughput_ratio_vs_{name}"
             paired = [a / b for a, b in zip(rates["ours"], rates[name])]
             summary.append(f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "

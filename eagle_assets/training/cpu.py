@@ -7,7 +7,7 @@ speculators 0.9.0 assumes a CUDA-like accelerator in five places (read in its so
    ``torch.autocast`` when ``torch.accelerator`` reports none.
 2. ``_StepTimer`` calls ``torch.accelerator.synchronize()``, which raises without an accelerator.
 3. Flex attention (the default draft attention) has no CPU backward: the draft uses ``sdpa``.
-4. The default fused loss is a Triton kernel: the ``eager`` loss runs everywhere.
+4. The default fused loss is a Triton kernel: on CPU the ``eager`` loss runs.
 5. Resuming loads ``model.safetensors`` and optimizer state onto ``get_current_device()``,
    which is ``"cuda:0"`` when there is no accelerator.
 6. Under ``torchrun``, ``maybe_setup_distributed`` raises "No accelerator found": it picks the
@@ -19,7 +19,7 @@ other processes spin at every barrier, and a small draft's matrices gain nothing
 
 (1), (2), (5) and (6) are patched here, in the training process only, and only when CUDA is absent.
 (3) and (4) are ordinary speculators flags that :mod:`~eagle_assets.training.runner` passes
-(``attention_impl: auto`` resolves to ``sdpa`` on CPU; the eager loss is used everywhere). On a GPU
+(``attention_impl: auto`` resolves to ``sdpa`` on CPU, ``loss_implementation: auto`` to ``eager``). On a GPU
 host nothing here runs and speculators trains unchanged.
 """
 

@@ -7,6 +7,12 @@ several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.training.launch ...`
 
 - the CPU adaptations of :mod:`eagle_assets.training.cpu` when CUDA is absent;
 - loader workers that reuse their buffers (:mod:`eagle_assets.training.loader_workers`);
+- batches copied to the GPU a step ahead on a side stream, FP8 features dequantized there rather than in
+  the loader workers (:mod:`eagle_assets.training.device_batches`);
+- no host-device synchronisation in a training step outside logging steps
+  (:mod:`eagle_assets.training.host_syncs`);
+- speculators' fused Triton loss made callable from the compiled draft
+  (:mod:`eagle_assets.training.fused_loss`), when ``--loss-implementation fused`` (speculators' default);
 - early stopping: training ends once validation loss has not improved for ``--early-stop-patience``
   epochs (speculators has no such option);
 - ``--metrics-file``: every metric record speculators logs, one JSON line each (rank 0), so the
@@ -111,19 +117,47 @@ def _configure_logging(recorder: MetricsRecorder) -> None:
     cli.setup_metric_logger = setup_then_record
 
 
-def _install_early_stopping(patience: int) -> None:
-    import torch
-    from speculators.train import cli, trainer
+def _flag_value(argv: list[str], flag: str, default: str) -> str:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return default
 
+
+def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
+    """speculators' trainer, data set and loss with this module's additions (see the module docstring)."""
+    import torch
+    from speculators.train import cli, dataloader, trainer
+
+    from eagle_assets.training import host_syncs
+    from eagle_assets.training.device_batches import DeviceBatches, Fp8OnDeviceDataset, ScalesKeptCollate
     from eagle_assets.training.loader_workers import keep_memory_in
+
+    host_syncs.install()
+    dataloader.ArrowDataset = Fp8OnDeviceDataset
+    dataloader.CollateFn = ScalesKeptCollate
+    if _flag_value(speculators_argv, "--loss-implementation", "fused") == "fused":
+        from eagle_assets.training import fused_loss  # imports Triton: only when the fused loss is asked for
+
+        fused_loss.install()
+
+    def on_device(loader, device):
+        if loader is None:
+            return None
+        keep_memory_in(loader)
+        fp8 = getattr(loader.dataset, "fp8_on_device", False)
+        return DeviceBatches(loader, device, loader.dataset.dequantize_dtype if fp8 else None)
 
     class EarlyStoppingTrainer(trainer.Trainer):
         """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            keep_memory_in(self.train_loader)
-            keep_memory_in(self.val_loader)
+            device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+            self.train_loader = on_device(self.train_loader, device)
+            self.val_loader = on_device(self.val_loader, device)
 
         def train_epoch(self, epoch, **kwargs):
             super().train_epoch(epoch, **kwargs)
@@ -153,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if cpu.needs_cpu_adaptations():
         cpu.apply_cpu_adaptations(own.cpu_threads)
-    _install_early_stopping(own.early_stop_patience)
+    _install_trainer(own.early_stop_patience, speculators_argv)
 
     from speculators.train.cli import main as speculators_main
     from speculators.train.config import TrainConfig

@@ -71,6 +71,11 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         attention = "sdpa" if on_cpu else "simple_flex_attention"
     if on_cpu and attention == "simple_flex_attention":
         raise ValueError("attention_impl 'simple_flex_attention' has no CPU backward: use 'sdpa' or 'auto' on CPU")
+    loss = settings.loss_implementation
+    if loss == "auto":
+        loss = "eager" if on_cpu else "fused"
+    if on_cpu and loss == "fused":
+        raise ValueError("loss_implementation 'fused' is a GPU (Triton) kernel: use 'eager' or 'auto' on CPU")
     flags = {
         "speculator_type": "eagle3",
         "verifier_name_or_path": verifier_path,
@@ -86,8 +91,8 @@ def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: Dra
         "t2d_path": str(vocab.t2d_path),
         "total_seq_len": settings.total_seq_len,
         "draft_attn_impl": attention,
-        # The fused Triton loss has no CPU kernel and fails under torch.compile on the H200 image.
-        "loss_implementation": "eager",
+        # Fused on GPU works under torch.compile through eagle_assets.training.fused_loss.
+        "loss_implementation": loss,
         "seed": settings.seed,
         # The validation split's rows are the dataset's tail: speculators validates on exactly them.
         "train_data_ratio": data.train_data_ratio,

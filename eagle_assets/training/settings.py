@@ -34,6 +34,9 @@ class TrainingSettings(BaseModel):
     attention_impl: Literal["auto", "simple_flex_attention", "sdpa", "eager"] = Field(
         default="auto", description="Draft attention kernel; auto = flex attention on GPU, sdpa on CPU "
         "(flex attention has no CPU backward).")
+    loss_implementation: Literal["auto", "fused", "eager"] = Field(
+        default="auto", description="Draft loss kernel; auto = speculators' fused Triton loss on GPU (an online "
+        "softmax: no float32 [tokens, draft vocab] intermediates), eager on CPU (the fused kernel needs a GPU).")
     seed: int = Field(default=0, description="Seed for initialisation and packing order.")
     num_processes: int = Field(default=1, ge=0, description="Training processes, one per GPU; 0 = every "
                                "visible GPU (1 without GPUs); above 1 the run is launched with torchrun (DDP).")

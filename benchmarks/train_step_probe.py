@@ -1,0 +1,176 @@
+"""The GPU-bound rate of a draft-training step, and where a real step's time goes.
+
+    python benchmarks/train_step_probe.py [--resident-batches 8] [--steps 60] [--losses fused eager]
+                                          [--profile-steps 20] -- <speculators train flags>
+
+Starts the training process exactly as ``eagle_assets.training.launch`` does (speculators' config, draft,
+loaders and trainer, with this project's additions), then, instead of training epochs:
+
+1. takes the first ``--resident-batches`` batches of the real training loader and keeps them on the GPU;
+2. for each loss in ``--losses``: runs the trainer's own ``train_epoch`` over those resident batches
+   (``--warmup-steps`` first: compilation), then ``--steps`` timed steps, and prints
+   ``probe resident loss=<impl> ... tokens_per_s=<rate>`` -- the step rate with no data loading at all
+   (same draft, same loss, same step code), the ceiling the real loader path is measured against;
+   ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
+   copies put back (see :mod:`eagle_assets.training.host_syncs`), to show what removing them is worth;
+3. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
+   host time per step spent waiting for the device, the device's busy share, and the top host ops.
+
+Tokens of a step: its packed batch's positions that belong to a sample (after EAGLE-3's one-token
+shift), as ``benchmarks/train_gpu.py`` counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from eagle_assets.training import launch  # noqa: E402
+
+PROBE_LINE = "probe resident"
+
+
+class ResidentBatches:
+    """``steps`` batches cycling through ``batches`` (already on the GPU), as a loader for ``train_epoch``."""
+
+    batch_sampler = None
+
+    def __init__(self, batches: list[dict], steps: int):
+        self.batches, self.steps = batches, steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        for batch in itertools.islice(itertools.cycle(self.batches), self.steps):
+            yield dict(batch)
+
+
+def use_loss(trainer, implementation: str) -> None:
+    from speculators.losses.utils import _LOSS_FN_MAPS
+
+    for kwargs in (trainer.config.train_call_kwargs, trainer.config.val_call_kwargs):
+        config = kwargs["loss_config"]
+        for name, (_fn, weight) in list(config.items()):
+            config[name] = (_LOSS_FN_MAPS[implementation][name], weight)
+    if implementation == "fused":
+        from eagle_assets.training import fused_loss
+
+        fused_loss.install()
+
+
+def timed_steps(trainer, batches: list[dict], steps: int, tokens_per_batch: list[int]) -> tuple[float, int]:
+    import torch
+
+    trainer.train_loader = ResidentBatches(batches, steps)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    trainer.train_epoch(0)
+    torch.cuda.synchronize()
+    tokens = sum(itertools.islice(itertools.cycle(tokens_per_batch), steps))
+    return time.perf_counter() - started, tokens
+
+
+def profile_real_steps(trainer, loader, steps: int) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    trainer.train_loader = loader
+    wait, warmup = 2, 2
+    trainer.config.max_steps = trainer.global_step + wait + warmup + steps
+    marks: list[float] = []
+
+    def step_done():  # never waits for the device: the probe must not add syncs of its own
+        marks.append(time.perf_counter())
+        prof.step()
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 schedule=schedule(wait=wait, warmup=warmup, active=steps)) as prof:
+        trainer.train_epoch(1, step_callback=step_done)
+    torch.cuda.synchronize()
+    trainer.config.max_steps = None
+    averages = prof.key_averages()
+    wall = marks[-1] - marks[wait + warmup - 1] if len(marks) > wait + warmup else float("nan")
+    device_us = sum(e.self_device_time_total for e in averages if e.device_type.name == "CUDA")
+    syncs = {e.key: (e.count, e.cpu_time_total) for e in averages
+             if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                          "cudaMemcpyAsync", "aten::item", "aten::_local_scalar_dense")}
+    print(f"probe profile: {steps} real steps, wall {wall * 1000 / steps:.1f} ms/step, device kernels "
+          f"{device_us / 1000 / steps:.1f} ms/step (busy {device_us / 1e6 / wall:.1%})", flush=True)
+    for key, (count, cpu_us) in sorted(syncs.items()):
+        print(f"probe profile: {key}: {count / steps:.2f} calls/step, {cpu_us / 1000 / steps:.2f} ms/step host",
+              flush=True)
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+
+
+def probe(trainer, args) -> None:
+    import torch
+
+    real_loader = trainer.train_loader
+    resident = list(itertools.islice(iter(real_loader), args.resident_batches))
+    tokens_per_batch = [int((b["document_ids"] != -1).sum()) for b in resident]
+    print(f"probe: {len(resident)} resident batches, {sum(tokens_per_batch) / len(resident):.0f} tokens each on "
+          f"average, device {torch.cuda.get_device_name()}", flush=True)
+    for implementation in args.losses:
+        use_loss(trainer, implementation)
+        timed_steps(trainer, resident, args.warmup_steps, tokens_per_batch)  # compiles for this loss
+        variants = [("without host syncs", None)]
+        if args.with_host_syncs:
+            variants.append(("with speculators' host syncs", torch))
+        for label, module in variants:
+            from speculators.train import trainer as trainer_module
+
+            patched = trainer_module.torch
+            if module is not None:
+                trainer_module.torch = module
+            try:
+                seconds, tokens = timed_steps(trainer, resident, args.steps, tokens_per_batch)
+            finally:
+                trainer_module.torch = patched
+            print(f"{PROBE_LINE} loss={implementation} ({label}): steps={args.steps} tokens={tokens} "
+                  f"seconds={seconds:.3f} step_ms={seconds / args.steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f}",
+                  flush=True)
+    if args.profile_steps:
+        profile_real_steps(trainer, real_loader, args.profile_steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--resident-batches", type=int, default=8)
+    parser.add_argument("--warmup-steps", type=int, default=12, help="untimed steps per loss (compilation)")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per loss")
+    parser.add_argument("--losses", nargs="+", default=["fused"], choices=["fused", "eager"])
+    parser.add_argument("--with-host-syncs", action="store_true",
+                        help="also time the resident steps with speculators' blocking scalar copies")
+    parser.add_argument("--profile-steps", type=int, default=0, help="profile this many real-loader steps")
+    parser.add_argument("--metrics-file", type=Path, default=Path("probe-metrics.jsonl"))
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        parser.error("separate speculators' flags with '--'")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+
+    install = launch._install_trainer
+
+    def install_then_probe(patience, speculators_argv):
+        install(patience, speculators_argv)
+        from speculators.train import cli
+
+        class ProbeTrainer(cli.Trainer):
+            def run_training(self):
+                probe(self, args)
+
+        cli.Trainer = ProbeTrainer
+
+    launch._install_trainer = install_then_probe
+    launch.main(["--metrics-file", str(args.metrics_file), "--", *argv[split + 1:]])
+
+
+if __name__ == "__main__":
+    main()
