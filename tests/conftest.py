@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from dagster_ui import dagster_ui  # noqa: F401  (the one `dagster dev` of a test run, for every UI test)
 
 # Tests never see a user's entry-point plugins unless they register them themselves.
 os.environ.setdefault("EAGLE_ASSETS_DISABLE_ENTRY_POINTS", "1")

@@ -1,0 +1,83 @@
+"""The real Dagster UI (`dagster dev -w workspace.yaml`, as `make ui` starts it), once per test run.
+
+conftest.py registers the ``dagster_ui`` fixture, so test_ui.py (GraphQL) and test_ui_browser.py
+(Chromium) share one webserver, daemon and code server instead of starting two.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PORTS = range(3100, 3110)  # this project's share of local ports
+START_TIMEOUT_S = 300
+ASSET_GRAPH = """
+{ assetNodes { assetKey { path } groupName partitionKeys } }
+"""
+
+
+def free_port() -> int:
+    for port in PORTS:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+
+
+def graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    """``query`` against the webserver at ``url``; its ``data``, asserting there were no errors."""
+    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
+    response.raise_for_status()
+    body = response.json()
+    assert "errors" not in body, body["errors"]
+    return body["data"]
+
+
+@pytest.fixture(scope="session")
+def dagster_ui(tmp_path_factory):
+    """``dagster dev`` on 127.0.0.1 with a throwaway DAGSTER_HOME and storage root; yields its base URL."""
+    home = tmp_path_factory.mktemp("dagster_home")
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "EAGLE_ASSETS_DATA": str(tmp_path_factory.mktemp("data")),
+    }
+    port = free_port()
+    log = open(home / "dagster_dev.log", "w")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("dagster")), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"dagster dev exited: {(home / 'dagster_dev.log').read_text()[-3000:]}"
+            try:
+                if graphql(url, ASSET_GRAPH)["assetNodes"]:
+                    break
+            except (httpx.HTTPError, KeyError, AssertionError):
+                pass
+            assert time.monotonic() < deadline, "dagster dev did not serve the asset graph in time"
+            time.sleep(2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole group: webserver, daemon, code server
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
