@@ -76,12 +76,17 @@ def main() -> None:
                 for line in summarize(result):
                     print(f"[{dtype}]   {line}", flush=True)
 
-            runs = run_demo(build_definitions(overrides), instance, args.partition, report)
+            # Each dtype its own training run (same recipe), so each keeps its own checkpoint and evaluation.
+            runs = run_demo(build_definitions(overrides), instance, args.partition, report,
+                            training_run=f"fp8-benchmark-{dtype}")
             hs = run_metadata(runs, "hidden_states")
             if hs.get("feature_dtype") != dtype:
                 raise SystemExit(f"the {dtype} run did not materialize {dtype} hidden states")
             per_token, size, tokens = measured_bytes_per_token(root / "data" / "hidden_states" / args.partition)
             checkpoint, evaluation = run_metadata(runs, "eagle3_checkpoint"), run_metadata(runs, "eagle3_eval")
+            # The in-distribution held-out set's numbers, without their prompt-set label.
+            held = f"{evaluation['eval_set']}/"
+            evaluation.update({k.removeprefix(held): v for k, v in evaluation.items() if k.startswith(held)})
             if Path(evaluation["checkpoint"]) != Path(checkpoint["path"]):
                 raise SystemExit(f"the {dtype} run's evaluation is not of its checkpoint")
             results[dtype] = {"hs": hs, "bytes_per_token": per_token, "bytes": size, "tokens": tokens,

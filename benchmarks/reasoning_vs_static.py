@@ -30,13 +30,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle_assets.assets import eagle3_checkpoint, hidden_states, prompts, reasoning_samples, token_sequences
-from eagle_assets.assets.eagle3_eval import latest_checkpoint
 from eagle_assets.assets.token_sequences import renderer
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo import DEMO_OPS
 from eagle_assets.evaluation.eval_sets import heldout_set, trained_on
 from eagle_assets.evaluation.run import evaluate, replaced
-from eagle_assets.partitions import source_partitions
+from eagle_assets.partitions import add_training_run, source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.storage import write_parquet
 from eagle_assets.tokenization import SEQUENCES_FILE, Policy, build_rows
@@ -96,8 +95,9 @@ def train_side(name: str, root: Path, partition: str, resources: dict, prompts_c
         print(f"static: {rows} rows of prompt + original answer")
     materialize(assets, ["hidden_states"], resources, instance, partition, {"hidden_states": TRAINING_SPLITS})
     recipe = {**DEMO_OPS["eagle3_checkpoint"]["config"], "partitions": [partition]}
-    materialize(assets, ["eagle3_checkpoint"], resources, instance, None, {"eagle3_checkpoint": {"config": recipe}})
-    return latest_checkpoint(instance)
+    add_training_run(instance, name)  # each side is its own training run
+    materialize(assets, ["eagle3_checkpoint"], resources, instance, name, {"eagle3_checkpoint": {"config": recipe}})
+    return eagle3_checkpoint.checkpoint_of(instance, name)
 
 
 def training_numbers(checkpoint: Path) -> tuple[int, int]:

@@ -75,6 +75,8 @@ def demo(
                                       "(hs-connectors' format, half the bytes; verifier.feature_dtype)."),
     verbose: bool = typer.Option(False, "--verbose", help="Stream the full log (every Dagster event, vLLM and "
                                  "trainer line) to the terminal instead of status lines and a log file."),
+    training_run: str = typer.Option(None, "--training-run", help="Training run (partition of the checkpoint and "
+                                     "its evaluation); default demo, or demo-<verifier> for another verifier."),
 ) -> None:
     """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
 
@@ -89,7 +91,7 @@ def demo(
     import dagster as dg
 
     from eagle_assets.definitions import build_definitions
-    from eagle_assets.demo import outcome, run_demo, summarize
+    from eagle_assets.demo import demo_training_run, outcome, run_demo, summarize
     from eagle_assets.demo_display import StageDisplay, output_to_file
     from eagle_assets.embedded_verifiers import embedded_resources
     from eagle_assets.evaluation.run import replaced
@@ -117,7 +119,9 @@ def demo(
             try:
                 overrides = embedded_resources(verifier, **({"port": port} if port else {}))
                 overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
-                results = run_demo(build_definitions(overrides), instance, partition, report, verifier, display)
+                run_name = training_run or demo_training_run(verifier)
+                results = run_demo(build_definitions(overrides), instance, partition, report, verifier, display,
+                                   run_name)
             except ValueError as exc:
                 typer.echo(str(exc), file=terminal)
                 raise typer.Exit(2) from None
@@ -125,9 +129,10 @@ def demo(
                 if display:
                     say(f"the full log: {log_file}")
                 raise typer.Exit(1)
-            for line in outcome(instance):
+            for line in outcome(instance, run_name):
                 say(line)
-        say("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME).")
+        say("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME); "
+            "`eagle-assets checkpoints` lists every kept checkpoint.")
 
 
 _STATE_DIR_HELP = "vllm_server.state_dir, if not the default."
@@ -241,6 +246,50 @@ def plan(
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command("add-training-run")
+def add_training_run(name: str = typer.Argument(..., help="The run's name, e.g. kimi-k25-v1.")) -> None:
+    """Add a named training run (a partition of eagle3_checkpoint and eagle3_eval) to the Dagster instance
+    ($DAGSTER_HOME); the UI's launchpad can add one too. Its first materialization fixes its recipe."""
+    import dagster as dg
+
+    from eagle_assets.partitions import add_training_run as add
+
+    with dg.DagsterInstance.get() as instance:
+        try:
+            added = add(instance, name)
+        except ValueError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+    typer.echo(f"training run {name} {'added' if added else 'exists already'}: materialize eagle3_checkpoint for "
+               "this partition (the `draft` job trains and evaluates it)")
+
+
+@app.command()
+def checkpoints(
+    root: Path = typer.Option(None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="Run `lineage verify` on each (rehashes every "
+                                "recorded file)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List the kept checkpoints side by side: training run, recipe, upstream data versions, τ per evaluated
+    prompt set and lineage status. eagle3_eval evaluates any of them (launchpad `checkpoint`: its name)."""
+    import contextlib
+    import os
+
+    import dagster as dg
+
+    from eagle_assets.checkpoints import list_checkpoints, report_lines
+    from eagle_assets.checkpoints import as_json as entries_json
+    from eagle_assets.resources.storage import default_root
+
+    with contextlib.ExitStack() as stack:
+        instance = stack.enter_context(dg.DagsterInstance.get()) if os.environ.get("DAGSTER_HOME") else None
+        entries = list_checkpoints(root or default_root(), instance, verify)
+    lines = [json.dumps(entries_json(entries), indent=2)] if as_json else report_lines(entries)
     for line in lines:
         typer.echo(line)
 

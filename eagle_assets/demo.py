@@ -4,7 +4,7 @@ Generic on purpose: it walks whatever graph ``build_definitions()`` returns, so 
 families join ``ASSET_FAMILIES``. Per-dataset (partitioned) assets run first for the partition, then
 ``prompts`` of every evaluation-only source (e.g. ``demo_ood``, the out-of-distribution set that
 ``eagle3_eval`` measures beside the held-out prompts), then the assets that read all partitions
-(unpartitioned, e.g. the checkpoint) in a last run.
+(the checkpoint and its evaluation, keyed by a named training run: ``demo``) in a last run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import dagster as dg
 
 from eagle_assets.demo_display import StageDisplay, display_logger, materialization_line
 from eagle_assets.embedded_verifiers import DEFAULT_EMBEDDED
-from eagle_assets.jobs import DATASET, DRAFT, plan, stage_job_name, with_pipeline_jobs
+from eagle_assets.jobs import DATASET, DRAFT, is_per_training_run, plan, stage_job_name, with_pipeline_jobs
+from eagle_assets.partitions import add_training_run
 from eagle_assets.runs import configured_state_dir, in_process_runs
 
 
@@ -45,6 +46,11 @@ VERIFIER_FLOORS = {
 }
 
 
+def demo_training_run(verifier: str = DEFAULT_EMBEDDED) -> str:
+    """The demo's training run: ``demo``, or ``demo-<verifier>`` for another embedded verifier (its own history)."""
+    return "demo" if verifier == DEFAULT_EMBEDDED else f"demo-{verifier}"
+
+
 def demo_ops(verifier: str = DEFAULT_EMBEDDED) -> dict:
     """The demo's run config ops for the embedded verifier ``verifier``: DEMO_OPS with its floors."""
     floors = VERIFIER_FLOORS.get(verifier, {})
@@ -61,11 +67,13 @@ def run_demo(
     report: Callable[[dg.ExecuteInProcessResult], None] | None = None,
     verifier: str = DEFAULT_EMBEDDED,
     display: StageDisplay | None = None,
+    training_run: str | None = None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Materialize every asset, with the demo settings of the embedded ``verifier`` the definitions serve;
     stops after the first run that fails. Returns the runs made. ``display``: also feed each stage's
-    progress to these status lines."""
-    partitioned, _ = plan(defs)
+    progress to these status lines. ``training_run``: the checkpoint's and evaluation's partition
+    (default :func:`demo_training_run`), added to the instance if new."""
+    partitioned, draft = plan(defs)
     graph = defs.resolve_asset_graph()
     known = {k for key in partitioned for k in graph.get(key).partitions_def.get_partition_keys()}
     if partitioned and partition not in known:
@@ -80,9 +88,13 @@ def run_demo(
     # Named jobs (not the ephemeral one), so each run says what it is in the UI.
     loggers = {"console": dg.colored_console_logger, **({"demo_display": display_logger(display)} if display else {})}
     named = with_pipeline_jobs(defs, loggers)
+    run_key = None
+    if any(is_per_training_run(graph.get(key).partitions_def) for key in draft):
+        run_key = training_run or demo_training_run(verifier)
+        add_training_run(instance, run_key)
     runs = [(DATASET, partitioned, partition),
             *[(stage_job_name(PROMPTS), [PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
-            (DRAFT, plan(defs)[1], None)]
+            (DRAFT, draft, run_key)]
     ops = demo_ops(verifier)
     results = []
     # Runs killed earlier on this host are failed and their pool slots freed first; a wait on the gpu
@@ -123,17 +135,23 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
     return lines
 
 
-def outcome(instance: dg.DagsterInstance) -> list[str]:
+def _latest(instance: dg.DagsterInstance, asset: str, training_run: str):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[training_run]), limit=1).records
+    return records[0].asset_materialization if records else None
+
+
+def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
     """The demo's last lines: ``checkpoint=<path>``, the captured samples' quality shares,
     ``acceptance_length=<τ>`` (held-out, in-distribution),
     ``ood_acceptance_length=<τ>`` (the out-of-distribution set, when evaluated) and the lineage summary,
-    from the latest checkpoint and evaluation materializations (empty when the graph has neither)."""
+    from the training run's latest checkpoint and evaluation materializations (empty when it has neither)."""
     from eagle_assets.lineage import LineageError, read_lineage, summary_lines
 
-    checkpoint = instance.get_latest_materialization_event(dg.AssetKey("eagle3_checkpoint"))
+    checkpoint = _latest(instance, "eagle3_checkpoint", training_run)
     if checkpoint is None:
         return []
-    path = checkpoint.asset_materialization.metadata["path"].value
+    path = checkpoint.metadata["path"].value
     lines = [f"checkpoint={path}"]
     samples = instance.get_latest_materialization_event(dg.AssetKey("reasoning_samples"))
     if samples is not None and "quality/non_ok_share" in samples.asset_materialization.metadata:
@@ -143,21 +161,25 @@ def outcome(instance: dg.DagsterInstance) -> list[str]:
         shares = ", ".join(f"{name} {meta[f'quality/{name}_share'].value:.1%}" for name in QUALITY_CLASSES
                            if meta[f"quality/{name}"].value)
         lines.append(f"sample quality ({samples.asset_materialization.partition}): {shares}")
-    evaluation = instance.get_latest_materialization_event(dg.AssetKey("eagle3_eval"))
+    evaluation = _latest(instance, "eagle3_eval", training_run)
     if evaluation is not None:
-        meta = evaluation.asset_materialization.metadata
-        k = meta["num_speculative_tokens"].value
-        per_position = " / ".join(f"{meta[f'acceptance_pos_{i}'].value:.3f}" for i in range(1, k + 1))
-        detail = (f"vLLM, greedy, K={k}, {meta['prompts_evaluated'].value} in-distribution held-out prompts; "
-                  f"per position {per_position}")
-        if "simulated_acceptance_length" in meta:
-            detail += f"; simulated {meta['simulated_acceptance_length'].value:.3f}"
-        lines += [f"acceptance_length={meta['acceptance_length'].value:.3f}", f"  ({detail})"]
-        if "ood_acceptance_length" in meta:
-            ood = " / ".join(f"{meta[f'ood_acceptance_pos_{i}'].value:.3f}" for i in range(1, k + 1))
-            lines += [f"ood_acceptance_length={meta['ood_acceptance_length'].value:.3f}",
-                      f"  (out-of-distribution: {meta['ood_partitions'].value}, {meta['ood_prompts_evaluated'].value} "
-                      f"prompts; per position {ood})"]
+        meta = {key: value.value for key, value in evaluation.metadata.items()}
+        k = meta["num_speculative_tokens"]
+        heldout, ood = meta["eval_set"], meta["ood_eval_set"]
+
+        def per_position(label: str) -> str:
+            return " / ".join(f"{meta[f'{label}/acceptance_pos_{i}']:.3f}" for i in range(1, k + 1))
+
+        detail = (f"training run {training_run}; vLLM, greedy, K={k}, {meta[f'{heldout}/prompts_evaluated']} "
+                  f"in-distribution held-out prompts "
+                  f"({heldout}); per position {per_position(heldout)}")
+        if f"{heldout}/simulated_acceptance_length" in meta:
+            detail += f"; simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}"
+        lines += [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", f"  ({detail})"]
+        if f"{ood}/acceptance_length" in meta:
+            lines += [f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
+                      f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts; per position "
+                      f"{per_position(ood)})"]
     try:
         lines += ["lineage:", *summary_lines(read_lineage(path), path)]
     except LineageError as exc:

@@ -10,7 +10,8 @@ Referenced, and never removed:
   targets count too), the training data and run folders its ``training.json`` names, and the verifier
   folder its ``config.json`` names (speculators loads the verifier from there: a resolved one lies in
   ``eagle3_checkpoint/_work``);
-- the current ``eagle3_checkpoint`` and ``eagle3_eval`` materializations' folders.
+- the current ``eagle3_checkpoint`` and ``eagle3_eval`` materializations' folders, of every training run
+  (each run's latest checkpoint is kept beyond ``keep_checkpoints``).
 
 Garbage: hidden-state files of earlier materializations, superseded shards (every row re-captured in a
 later shard), training data and run folders under ``eagle3_checkpoint/_work`` and the resolved verifier
@@ -39,6 +40,7 @@ from eagle_assets.assets.eagle3_eval import ASSET as EVALUATIONS
 from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.hidden_state_files import TENSORS_DIR as TENSORS
 from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, latest_materialization
+from eagle_assets.partitions import TRAINING_RUNS
 from eagle_assets.training.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
 
 ACTIVE = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -113,7 +115,7 @@ def _relative(path: str | Path, root: Path, recorded_root: Path | None = None) -
     return None
 
 
-def _checkpoints(root: Path) -> list[Path]:
+def checkpoint_folders(root: Path) -> list[Path]:
     """Checkpoint folders, newest first (by the lineage record's creation time, then modification time)."""
     folder = root / CHECKPOINTS
     found = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
@@ -125,13 +127,17 @@ def _checkpoints(root: Path) -> list[Path]:
     return sorted(found, key=age, reverse=True)
 
 
-def _current_folder(instance: dg.DagsterInstance, asset: str, root: Path, key: str = "path") -> Path | None:
-    """The folder of ``asset``'s latest materialization (from its ``key`` metadata), if under ``root``."""
-    record = latest_materialization(instance, asset, None)
-    path = (record or {}).get("metadata", {}).get(key)
-    if not path or _relative(path, root) is None:
-        return None
-    return Path(path) if Path(path).is_dir() else Path(path).parent
+def _current_folders(instance: dg.DagsterInstance, asset: str, root: Path, key: str = "path") -> list[Path]:
+    """The folders of ``asset``'s latest materialization of each training run (from its ``key`` metadata)
+    under ``root``; the latest of all too (one made before the asset was partitioned by run)."""
+    folders = []
+    for run in [*instance.get_dynamic_partitions(TRAINING_RUNS), None]:
+        path = ((latest_materialization(instance, asset, run) or {}).get("metadata", {})).get(key)
+        if path and _relative(path, root) is not None:
+            folder = Path(path) if Path(path).is_dir() else Path(path).parent
+            if folder not in folders:
+                folders.append(folder)
+    return folders
 
 
 def _protect_checkpoint(folder: Path, root: Path, protected: _Protected) -> None:
@@ -203,20 +209,20 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
     result = Collection(root)
     if keep_checkpoints is not None and keep_checkpoints < 0:
         raise ValueError(f"keep_checkpoints must be >= 0, got {keep_checkpoints}")
-    checkpoints = _checkpoints(root)
-    current = _current_folder(instance, CHECKPOINTS, root)
+    checkpoints = checkpoint_folders(root)
     kept = checkpoints if keep_checkpoints is None else checkpoints[:keep_checkpoints]
-    if current is not None and current.resolve() in {c.resolve() for c in checkpoints} - {k.resolve() for k in kept}:
-        kept.append(next(c for c in checkpoints if c.resolve() == current.resolve()))
-        result.notes.append(f"kept {current.name} beyond --keep-checkpoints: it is eagle3_checkpoint's current materialization")
+    for current in _current_folders(instance, CHECKPOINTS, root):
+        if current.resolve() in {c.resolve() for c in checkpoints} - {k.resolve() for k in kept}:
+            kept.append(next(c for c in checkpoints if c.resolve() == current.resolve()))
+            result.notes.append(f"kept {current.name} beyond --keep-checkpoints: it is a training run's current "
+                                "eagle3_checkpoint materialization")
     result.kept_checkpoints = kept
     result.removed_checkpoints = [c for c in checkpoints if c not in kept]
 
     protected = _Protected()
     for folder in kept:
         _protect_checkpoint(folder, root, protected)
-    evaluation = _current_folder(instance, EVALUATIONS, root, key="report")
-    if evaluation is not None:
+    for evaluation in _current_folders(instance, EVALUATIONS, root, key="report"):
         protected.add(_relative(evaluation, root), folder=True)
 
     candidates: list[tuple[Path, str]] = [(c, "checkpoint") for c in result.removed_checkpoints]

@@ -1,23 +1,34 @@
 """Named jobs, so runs carry a name (not ``__ephemeral_asset_job__``) in the UI's run list and Overview timeline.
 
 Built from whatever graph the definitions hold: one job per stage (``stage_<asset>``), the per-dataset chain
-(``dataset``: every partitioned asset, for one partition), the assets that read every partition (``draft``:
-the checkpoint and its evaluation) and ``whole_graph``. Each job carries its assets' checks.
+(``dataset``: every asset partitioned by dataset source, for one partition) and the assets that read every
+dataset partition (``draft``: the checkpoint and its evaluation, for one named training run). Each job
+carries its assets' checks. There is no single whole-graph job: a Dagster job runs one partitions
+definition, and the graph has two (dataset sources, training runs); ``dataset`` then ``draft`` is the
+whole graph, which is what ``eagle-assets demo`` runs.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-WHOLE_GRAPH, DATASET, DRAFT = "whole_graph", "dataset", "draft"
+from eagle_assets.partitions import TRAINING_RUNS
+
+DATASET, DRAFT = "dataset", "draft"
+
+
+def is_per_training_run(partitions_def: dg.PartitionsDefinition | None) -> bool:
+    return isinstance(partitions_def, dg.DynamicPartitionsDefinition) and partitions_def.name == TRAINING_RUNS
 
 
 def plan(defs: dg.Definitions) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
-    """(partitioned, unpartitioned) materializable asset keys, each in dependency order."""
+    """(per-dataset, draft) materializable asset keys, each in dependency order: the assets partitioned by
+    dataset source, then the rest (per training run, or unpartitioned)."""
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.toposorted_asset_keys if graph.get(k).is_materializable]
-    partitioned = [k for k in keys if graph.get(k).partitions_def is not None]
-    return partitioned, [k for k in keys if k not in partitioned]
+    per_dataset = [k for k in keys if graph.get(k).partitions_def is not None
+                   and not is_per_training_run(graph.get(k).partitions_def)]
+    return per_dataset, [k for k in keys if k not in per_dataset]
 
 
 def with_pipeline_jobs(defs: dg.Definitions, loggers: dict[str, dg.LoggerDefinition] | None = None) -> dg.Definitions:
@@ -33,18 +44,16 @@ def stage_job_name(key: dg.AssetKey) -> str:
     return f"stage_{key.to_python_identifier()}"
 
 
-def pipeline_jobs(partitioned: list[dg.AssetKey], unpartitioned: list[dg.AssetKey]) -> list[dg.UnresolvedAssetJobDefinition]:
-    """The named jobs over ``partitioned`` (per-dataset, in dependency order) and ``unpartitioned`` asset keys."""
-    jobs = [dg.define_asset_job(WHOLE_GRAPH, selection=[*partitioned, *unpartitioned],
-                                description="Every asset: the per-dataset stages for the chosen partition, then the "
-                                            "draft trained and evaluated over all partitions.")]
-    if partitioned:
-        jobs.append(dg.define_asset_job(DATASET, selection=partitioned,
+def pipeline_jobs(per_dataset: list[dg.AssetKey], draft: list[dg.AssetKey]) -> list[dg.UnresolvedAssetJobDefinition]:
+    """The named jobs over the ``per_dataset`` and ``draft`` asset keys (each in dependency order)."""
+    jobs = []
+    if per_dataset:
+        jobs.append(dg.define_asset_job(DATASET, selection=per_dataset,
                                         description="One dataset partition from prompts to hidden states."))
-    if unpartitioned:
-        jobs.append(dg.define_asset_job(DRAFT, selection=unpartitioned,
-                                        description="The draft trained on every partition's hidden states, "
-                                                    "then evaluated."))
+    if draft:
+        jobs.append(dg.define_asset_job(DRAFT, selection=draft,
+                                        description="One named training run: the draft trained on every dataset "
+                                                    "partition's hidden states, then evaluated."))
     jobs += [dg.define_asset_job(stage_job_name(key), selection=[key], description=f"Only {key.to_user_string()}.")
-             for key in [*partitioned, *unpartitioned]]
+             for key in [*per_dataset, *draft]]
     return jobs

@@ -379,18 +379,37 @@ def read_lineage(checkpoint_dir: str | Path) -> dict:
 
 
 def lineage_metadata(lineage: Mapping[str, Any]) -> dict[str, Any]:
-    """Flat facts for the checkpoint's materialization metadata, so the UI shows the same chain."""
-    meta: dict[str, Any] = {
+    """The checkpoint materialization's lineage metadata, so the UI shows the same chain: a Markdown
+    table (``lineage``) of every upstream asset partition's data and code version with a link to the
+    run that made it, and the artifact counts."""
+    return {
+        "lineage": dg.MetadataValue.md(lineage_table(lineage)),
         "lineage/artifacts": len(lineage["artifacts"]),
         "lineage/artifact_bytes": sum(a["bytes"] or 0 for a in lineage["artifacts"]),
     }
+
+
+def lineage_table(lineage: Mapping[str, Any]) -> str:
+    """Markdown: one row per upstream asset partition (data version, code version, run link), then the
+    checkpoint's own run. Run links are the Dagster UI's ``/runs/<id>`` pages."""
+    def run_link(run_id: str | None) -> str:
+        return f"[{run_id[:8]}](/runs/{run_id})" if run_id else "—"
+
+    rows = ["| asset | partition | data version | code version | run |", "|---|---|---|---|---|"]
     for asset, by_partition in lineage["dagster"].items():
         for partition, record in by_partition.items():
             if record:
-                meta[f"lineage/{asset}[{partition}]"] = (
-                    f"data {record['data_version']} · code {record['code_version']} · run {record['run_id'][:8]}"
-                )
-    return meta
+                rows.append(f"| {asset} | {partition} | `{record['data_version']}` | {record['code_version']} | "
+                            f"{run_link(record['run_id'])} |")
+            else:
+                rows.append(f"| {asset} | {partition} | (no materialization recorded) | — | — |")
+    training = lineage.get("training", {})
+    rows.append(f"| {CHECKPOINT_ASSET} | {training.get('training_run', '—')} | (this materialization) | "
+                f"{training.get('code_version')} | {run_link(lineage['run_ids'].get(CHECKPOINT_ASSET))} |")
+    stale = [link for link in lineage.get("links", []) if not link["consistent"]]
+    rows += ["", *(f"**stale:** {link['asset']}[{link['partition']}] consumed {link['input']} "
+                   f"`{link['consumed'][:16]}`, but the files on disk are `{link['on_disk']}`" for link in stale)]
+    return "\n".join(rows).rstrip()
 
 
 # ---------------------------------------------------------------------------------------------------

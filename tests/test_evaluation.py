@@ -236,82 +236,157 @@ def test_server_info_names_the_served_draft(server_info_answering):
 
 
 # ---------------------------------------------------------------------------- the real chain, measured by vLLM
+# Two named training runs with different recipes, trained one after the other on the same data: the demo's
+# recipe on a third of its prompts (the default accuracy floor), and a longer one (a 2-epoch run failed the
+# learned check's 0.5 floor here; the 3-epoch run's validation accuracy after 2 epochs was 0.589).
+RECIPES = {"demo-recipe": {"epochs": 3}, "four-epochs": {"epochs": 4}}
+HELDOUT, OOD = "heldout[demo]", "ood[demo_ood]"
+
+
+def _metadata(result) -> dict:
+    mat = result.get_asset_materialization_events()[0].step_materialization_data.materialization
+    return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+
+
 @pytest.fixture(scope="module")
 def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factory):
     """The real graph on a small slice of the demo source: samples from the session's vLLM server,
-    token sequences, hidden states, a quickly trained draft, then ``eagle3_eval`` (its own
-    speculating server on the next port). Yields (materialization metadata, check results, storage root)."""
+    token sequences, hidden states, two quickly trained drafts (training runs of ``RECIPES``), then
+    ``eagle3_eval`` of each (its own speculating server on the next port), recorded in a persistent
+    instance ($DAGSTER_HOME, as the CLI reads it). Yields a dict: the first run's evaluation ``meta`` and
+    ``checks``, ``runs`` (run -> (checkpoint metadata, evaluation metadata)), ``root``, ``instance``,
+    ``defs``, ``resources``."""
     import dagster as dg
 
     from eagle_assets.assets import (
         eagle3_checkpoint, eagle3_eval, hidden_states, prompts, reasoning_samples, token_sequences,
     )
     from eagle_assets.demo import DEMO_OPS
-    from eagle_assets.partitions import source_partitions
+    from eagle_assets.partitions import add_training_run, source_partitions
     from eagle_assets.resources import StorageRoot, Verifier
 
     parts = source_partitions()
     built = [f.build(parts) for f in (prompts, reasoning_samples, token_sequences, hidden_states,
                                      eagle3_checkpoint, eagle3_eval)]
     defs = [d for b in built for d in (*b["assets"], *b.get("checks", []))]
-    root = tmp_path_factory.mktemp("eval-chain") / "data"
+    base = tmp_path_factory.mktemp("eval-chain")
+    root, home = base / "data", base / "dagster_home"
+    home.mkdir()
     resources = {"storage": StorageRoot(root=str(root)), "verifier": Verifier(model_path=str(tiny_verifier)),
                  # Same settings as the session server: the capture attaches to it instead of starting one.
                  "vllm_server": vllm_server_config}
-    with dg.instance_for_test() as instance:
-        data = dg.materialize(
-            defs, selection=["prompts", "reasoning_samples", "token_sequences", "hidden_states"],
-            partition_key="demo", instance=instance, resources=resources,
-            run_config={"ops": {"prompts": {"config": {"limit": 240}},
-                                "reasoning_samples": {"config": {"max_tokens": 512}}}},
-        )
-        assert data.success
-        # The out-of-distribution set: an evaluation-only source's prompts, all heldout.
-        assert dg.materialize(defs, selection=["prompts"], partition_key="demo_ood", instance=instance,
-                              resources=resources).success
-        trained = dg.materialize(defs, selection=["eagle3_checkpoint"], instance=instance, resources=resources,
-                                 # The demo's recipe on a third of its prompts: the default accuracy floor.
-                                 run_config={"ops": {"eagle3_checkpoint": {"config": {
-                                     **DEMO_OPS["eagle3_checkpoint"]["config"], "epochs": 3,
-                                     "min_val_accuracy": eagle3_checkpoint.MIN_VAL_ACCURACY}}}})
-        assert trained.success
-        result = dg.materialize(
-            defs, selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance, resources=resources,
-            run_config={"ops": {"eagle3_eval": {"config": {"max_prompts": 12, "max_tokens": 384,
-                                                            "min_acceptance_length": 1.0}}}},
-        )
-        assert result.success
-        mat = result.get_asset_materialization_events()[0].step_materialization_data.materialization
-        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-        yield meta, checks, root
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
+        with dg.DagsterInstance.get() as instance:
+            data = dg.materialize(
+                defs, selection=["prompts", "reasoning_samples", "token_sequences", "hidden_states"],
+                partition_key="demo", instance=instance, resources=resources,
+                run_config={"ops": {"prompts": {"config": {"limit": 240}},
+                                    "reasoning_samples": {"config": {"max_tokens": 512}}}},
+            )
+            assert data.success
+            # The out-of-distribution set: an evaluation-only source's prompts, all heldout.
+            assert dg.materialize(defs, selection=["prompts"], partition_key="demo_ood", instance=instance,
+                                  resources=resources).success
+            runs, checks = {}, {}
+            for run, recipe in RECIPES.items():
+                add_training_run(instance, run)
+                trained = dg.materialize(defs, selection=["eagle3_checkpoint"], instance=instance, resources=resources,
+                                         partition_key=run, run_config={"ops": {"eagle3_checkpoint": {"config": {
+                                             **DEMO_OPS["eagle3_checkpoint"]["config"], **recipe,
+                                             "min_val_accuracy": eagle3_checkpoint.MIN_VAL_ACCURACY}}}})
+                assert trained.success
+                result = dg.materialize(
+                    defs, selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance, resources=resources,
+                    partition_key=run,
+                    run_config={"ops": {"eagle3_eval": {"config": {"max_prompts": 12, "max_tokens": 384,
+                                                                    "min_acceptance_length": 1.0}}}},
+                )
+                assert result.success
+                runs[run] = (_metadata(trained), _metadata(result))
+                checks.setdefault("first", {c.check_name: c for c in result.get_asset_check_evaluations()})
+            yield {"meta": runs[next(iter(RECIPES))][1], "checks": checks["first"], "runs": runs, "root": root,
+                   "instance": instance, "defs": defs, "resources": resources}
 
 
 @pytest.mark.integration
 def test_eval_measures_acceptance_with_vllm(evaluated):
     import json
 
-    meta, checks, root = evaluated
+    meta, checks = evaluated["meta"], evaluated["checks"]
     k = meta["num_speculative_tokens"]
-    assert k == 3 and meta["prompts_evaluated"] == 12 and meta["prompt_errors"] == 0
-    assert meta["drafts"] > 0 and meta["completion_tokens"] > 0
+    # Each prompt set's numbers under its own label: a plot of one key never mixes prompt sets.
+    assert meta["eval_set"] == HELDOUT and meta["ood_eval_set"] == OOD
+    held = {key.removeprefix(f"{HELDOUT}/"): v for key, v in meta.items() if key.startswith(f"{HELDOUT}/")}
+    ood = {key.removeprefix(f"{OOD}/"): v for key, v in meta.items() if key.startswith(f"{OOD}/")}
+    assert k == 3 and held["prompts_evaluated"] == 12 and held["prompt_errors"] == 0
+    assert held["drafts"] > 0 and held["completion_tokens"] > 0
     # vLLM's counters, vLLM's convention: τ = 1 + accepted/drafts, per position non-increasing.
-    assert meta["acceptance_length"] == pytest.approx(1 + meta["accepted_tokens"] / meta["drafts"], abs=1e-3)
-    rates = [meta[f"acceptance_pos_{i}"] for i in range(1, k + 1)]
+    assert held["acceptance_length"] == pytest.approx(1 + held["accepted_tokens"] / held["drafts"], abs=1e-3)
+    rates = [held[f"acceptance_pos_{i}"] for i in range(1, k + 1)]
     assert rates == sorted(rates, reverse=True)
-    assert meta["acceptance_length"] == pytest.approx(1 + sum(rates), abs=1e-3)
+    assert held["acceptance_length"] == pytest.approx(1 + sum(rates), abs=1e-3)
     # A trained draft is accepted at all (an untrained one sits at τ ≈ 1).
-    assert meta["acceptance_length"] > 1.2
+    assert held["acceptance_length"] > 1.2
     # The simulated value of the same draft on the same greedy outputs tracks the served one.
-    assert meta["simulated_acceptance_length"] == pytest.approx(meta["acceptance_length"], abs=0.35)
+    assert held["simulated_acceptance_length"] == pytest.approx(held["acceptance_length"], abs=0.35)
     assert checks["acceptance_length_above_floor"].passed
     report = json.loads(Path(meta["report"]).read_text())
-    assert report["acceptance_length"] == meta["acceptance_length"] and len(report["prompt_ids"]) == 12
+    assert report[f"{HELDOUT}/acceptance_length"] == held["acceptance_length"] and len(report["prompt_ids"]) == 12
     # The out-of-distribution set, measured apart on the same speculating server, same convention.
-    assert meta["ood_partitions"] == "demo_ood" and meta["ood_prompts_evaluated"] == 12
-    assert meta["ood_drafts"] > 0
-    assert meta["ood_acceptance_length"] == pytest.approx(1 + meta["ood_accepted_tokens"] / meta["ood_drafts"], abs=1e-3)
+    assert meta["ood_partitions"] == "demo_ood" and ood["prompts_evaluated"] == 12
+    assert ood["drafts"] > 0 and "simulated_acceptance_length" not in ood
+    assert ood["acceptance_length"] == pytest.approx(1 + ood["accepted_tokens"] / ood["drafts"], abs=1e-3)
     assert len(report["ood_prompt_ids"]) == 12 and not set(report["ood_prompt_ids"]) & set(report["prompt_ids"])
+    assert f"| {OOD} | 12 | {ood['acceptance_length']:.3f} |" in meta["acceptance"]
+
+
+@pytest.mark.integration
+def test_two_training_runs_live_side_by_side(evaluated):
+    """Two recipes materialized one after the other: each run has its own checkpoint and evaluation, and
+    `eagle-assets checkpoints` lists both with τ per prompt set and lineage ok. A run evaluates only its
+    own checkpoints, and re-materializing a run with another recipe is refused."""
+    import dagster as dg
+    from typer.testing import CliRunner
+
+    from eagle_assets.cli import app
+
+    runs, root, instance = evaluated["runs"], evaluated["root"], evaluated["instance"]
+    folders = {run: Path(checkpoint["path"]) for run, (checkpoint, _) in runs.items()}
+    assert set(runs) == set(RECIPES) and len(set(folders.values())) == 2
+    for run, (checkpoint, evaluation) in runs.items():
+        assert checkpoint["training_run"] == run and checkpoint["recipe"]["epochs"] == RECIPES[run]["epochs"]
+        assert checkpoint["epochs_run"] == RECIPES[run]["epochs"]
+        assert evaluation["training_run"] == run and evaluation["checkpoint"] == str(folders[run])
+        assert "| prompts | demo |" in checkpoint["lineage"] and "](/runs/" in checkpoint["lineage"]
+
+    listed = CliRunner().invoke(app, ["checkpoints", "--root", str(root)])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.splitlines()
+    for run, (_, evaluation) in runs.items():
+        at = lines.index(next(line for line in lines if line.startswith(f"{folders[run].name}  run {run}  ")))
+        block = lines[at:at + 5]
+        assert block[1] == f"  recipe: epochs={RECIPES[run]['epochs']}, lr=0.003", block
+        assert block[2].startswith("  data: prompts[demo] ") and "hidden_states[demo] " in block[2]
+        assert block[3] == (f"  tau: {HELDOUT} {evaluation[f'{HELDOUT}/acceptance_length']:.3f}, "
+                            f"{OOD} {evaluation[f'{OOD}/acceptance_length']:.3f}")
+        assert block[4] == "  lineage: ok", listed.output
+
+    first, second = RECIPES
+    # The other run's checkpoint is refused by name, before any server starts.
+    other = dg.materialize(evaluated["defs"], selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance,
+                           resources=evaluated["resources"], partition_key=second, raise_on_error=False,
+                           run_config={"ops": {"eagle3_eval": {"config": {"checkpoint": folders[first].name}}}})
+    [failure] = other.get_step_failure_events()
+    assert f"belongs to training run {first!r}, not {second!r}" in failure.step_failure_data.error.message
+    # A run name stands for one recipe.
+    changed = dg.materialize(evaluated["defs"], selection=["eagle3_checkpoint"], instance=instance,
+                             resources=evaluated["resources"], partition_key=second, raise_on_error=False,
+                             run_config={"ops": {"eagle3_checkpoint": {"config": {
+                                 **runs[second][0]["recipe"], "epochs": 5}}}})
+    assert not changed.get_asset_materialization_events()
+    [failure] = changed.get_step_failure_events()
+    assert "epochs: 4 -> 5" in failure.step_failure_data.error.message
 
 
 @pytest.mark.integration
@@ -320,7 +395,7 @@ def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
 
     import pyarrow.parquet as pq
 
-    meta, _, root = evaluated
+    meta, root = evaluated["meta"], evaluated["root"]
     report = json.loads(Path(meta["report"]).read_text())
     prompts = {r["prompt_id"]: r for r in pq.read_table(root / "prompts" / "demo" / "prompts.parquet").to_pylist()}
     assert {prompts[p]["split"] for p in report["prompt_ids"]} == {"heldout"}
@@ -332,7 +407,7 @@ def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
     evaluated_ids = set(report["prompt_ids"]) | set(report["ood_prompt_ids"])
     assert not {r["prompt_id"] for r in rows} & evaluated_ids
     assert not {r["group_id"] for r in rows} & {prompts[p]["group_id"] for p in report["prompt_ids"]}
-    assert meta["excluded_trained"] == 0  # nothing was re-split after training here
+    assert meta[f"{HELDOUT}/excluded_trained"] == 0  # nothing was re-split after training here
 
 
 @pytest.mark.integration

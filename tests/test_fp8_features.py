@@ -65,7 +65,7 @@ def test_a_draft_trains_on_fp8_features_of_the_tiny_verifier(tiny_verifier, stor
 
     from eagle_assets.assets import eagle3_checkpoint, hidden_states, token_sequences
     from eagle_assets.lineage import read_lineage, summary_lines
-    from eagle_assets.partitions import source_partitions
+    from eagle_assets.partitions import add_training_run, source_partitions
     from eagle_assets.resources import Verifier
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
@@ -78,10 +78,11 @@ def test_a_draft_trains_on_fp8_features_of_the_tiny_verifier(tiny_verifier, stor
     assert dg.materialize(features, partition_key=PARTITION, resources=resources).success
     built = eagle3_checkpoint.build(partitions)
     instance = dg.DagsterInstance.ephemeral()
+    add_training_run(instance, "fp8")
     # One epoch on 16 prompts trains too little to learn (benchmarks/fp8_features.py measures that on
     # the demo): the checks here are that the checkpoint loads and matches the verifier.
     result = dg.materialize([*built["assets"], *built["checks"]], resources=resources, instance=instance,
-                            raise_on_error=False, run_config={"ops": {"eagle3_checkpoint": {"config": {
+                            partition_key="fp8", raise_on_error=False, run_config={"ops": {"eagle3_checkpoint": {"config": {
                                 "epochs": 1, "draft_vocab_size": 64, "total_seq_len": 256}}}})
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["loads_with_speculators"] and checks["matches_verifier"]

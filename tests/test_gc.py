@@ -33,12 +33,13 @@ from eagle_assets.capacity.plan import human_bytes
 from eagle_assets.cli import app
 from eagle_assets.garbage import find_garbage
 from eagle_assets.lineage import UPSTREAM_ASSETS, read_lineage
-from eagle_assets.partitions import source_partitions
+from eagle_assets.partitions import add_training_run, source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
 TRAIN = {"epochs": 1, "draft_vocab_size": 64, "total_seq_len": 256}
+RUN = "gc"  # both checkpoints: one training run re-materialized on changed data
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +64,11 @@ def storage(tiny_verifier, tmp_path_factory):
                 assert dg.materialize(assets, instance=instance, partition_key=PARTITION, run_config=config,
                                       resources=resources(**verifier), selection=list(selection)).success
 
+            add_training_run(instance, RUN)
+
             def checkpoint() -> Path:
                 result = dg.materialize(assets, instance=instance, resources=resources(), selection=["eagle3_checkpoint"],
-                                        run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}})
+                                        partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}})
                 return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
 
             upstream(0)

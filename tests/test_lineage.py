@@ -154,7 +154,10 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
 def test_checkpoint_materialization_shows_the_lineage(chain):
     instance, _, ckpt, _ = chain
     record = latest_materialization(instance, "eagle3_checkpoint", None)
-    assert record["metadata"][f"lineage/prompts[{PARTITION}]"].startswith("data ")
+    # The chain as a Markdown table: each upstream partition's data version and a link to its run.
+    prompts = latest_materialization(instance, "prompts", PARTITION)
+    assert (f"| prompts | {PARTITION} | `{prompts['data_version']}` | {prompts['code_version']} | "
+            f"[{prompts['run_id'][:8]}](/runs/{prompts['run_id']}) |") in record["metadata"]["lineage"].splitlines()
     # The record's sha256, in the materialization and beside the record.
     digest = file_sha256(ckpt / LINEAGE_FILE)
     assert record["metadata"][LINEAGE_DIGEST_KEY] == digest

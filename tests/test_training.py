@@ -194,6 +194,16 @@ def _resources(root: Path, verifier: Path) -> dict:
 
 
 TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "log_every_steps": 1}
+RUN = "tiny"
+
+
+def _instance_with_run(run: str = RUN) -> dg.DagsterInstance:
+    """An ephemeral instance that knows the training run ``run`` (the checkpoint's partition)."""
+    from eagle_assets.partitions import add_training_run
+
+    instance = dg.DagsterInstance.ephemeral()
+    add_training_run(instance, run)
+    return instance
 
 
 @pytest.mark.integration
@@ -204,13 +214,14 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(features, tmp
 
     root = _copy_storage(features[0], tmp_path / "storage")
     assets, checks = _definitions_parts()
-    instance = dg.DagsterInstance.ephemeral()
+    instance = _instance_with_run()
     resources = _resources(root, features[1])
     result = dg.materialize([*assets, *checks], instance=instance, resources=resources, raise_on_error=False,
-                            run_config={"ops": {"eagle3_checkpoint": {"config": TINY_RUN}}})
+                            partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": TINY_RUN}}})
     meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
     assert meta["partitions"] == "demo, jsonl" and meta["rows"] == 24 and meta["draft_vocab_size"] == 64
     assert meta["epochs_run"] == 2 and meta["tokens_per_s"] > 0
+    assert meta["training_run"] == RUN and meta["recipe"]["epochs"] == 2 and meta["recipe"]["partitions"] == []
     assert meta["val_full_acc_0"] < meta["min_val_accuracy"] == 0.5
     evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert evaluations == {"loads_with_speculators": True, "learned": False, "matches_verifier": True}
@@ -227,7 +238,8 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(features, tmp
     manifest_path = root / "hidden_states" / "demo" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest_path.write_text(json.dumps({**manifest, "layer_ids": [0, 2, 3, 4]}))
-    rerun = dg.materialize([*assets, *checks], instance=instance, resources=resources,
+    # The training run's checks alone (dg.materialize takes no partition_key for a checks-only selection).
+    rerun = dg.materialize([*assets, *checks], instance=instance, resources=resources, tags={"dagster/partition": RUN},
                            selection=dg.AssetSelection.checks(*checks), raise_on_error=False)
     assert not rerun.success  # the check is blocking: downstream assets would not run
     evaluations = {e.check_name: e for e in rerun.get_asset_check_evaluations()}
@@ -243,8 +255,8 @@ def one_epoch_checkpoint(features, tmp_path_factory) -> dict:
     (shared: the tests below only read its folder or copy it)."""
     root = _copy_storage(features[0], tmp_path_factory.mktemp("one-epoch") / "storage")
     assets, _ = _definitions_parts()
-    result = dg.materialize(assets, resources=_resources(root, features[1]),
-                            run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
+    result = dg.materialize(assets, resources=_resources(root, features[1]), instance=_instance_with_run(),
+                            partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
                                                                                  "partitions": ["demo"]}}}})
     return result.get_asset_materialization_events()[0].materialization.metadata
 
@@ -323,8 +335,8 @@ def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_veri
     resources = {"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu")}
     assert dg.materialize(features, partition_key=PARTITION, resources=resources).success
     built = eagle3_checkpoint.build(partitions)
-    result = dg.materialize([*built["assets"], *built["checks"]], resources=resources,
-                            run_config={"ops": {"eagle3_checkpoint": {"config": LEARNING_RUN}}})
+    result = dg.materialize([*built["assets"], *built["checks"]], resources=resources, instance=_instance_with_run(),
+                            partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": LEARNING_RUN}}})
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
     meta = result.get_asset_materialization_events()[0].materialization.metadata

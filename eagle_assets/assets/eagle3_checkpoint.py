@@ -5,6 +5,12 @@ straight from storage, lays out a speculators training folder that links to the 
 draft vocabulary from supervised-token frequencies, runs speculators' trainer in a child process
 (CPU adaptations only where there is no GPU), and keeps the best epoch by validation loss on the
 prompts' ``validation`` split (train rows are the ``train`` split; ``heldout`` is never read here). The kept folder is speculators format, which vLLM serves as an ``eagle3`` speculator.
+
+Partitioned by named training run (``eagle_assets.partitions.training_runs``): each run keeps its own
+checkpoints, history and evaluations. A run's *recipe* (the training settings and chosen partitions of
+its launchpad config) is fixed by its first materialization: it is recorded in the materialization's
+metadata, in ``training.json`` and in ``lineage.json``, and a re-materialization of the same run with
+another recipe is refused, so the same key always means the same recipe. A new recipe is a new run.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
@@ -17,8 +23,8 @@ from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata, shape_of
 from eagle_assets.hidden_state_files import INDEX_FILE
+from eagle_assets.partitions import training_runs
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.storage import write_json
 from eagle_assets.tokenization import SEQUENCES_FILE
 from eagle_assets.training.checkpoint import (
     keep_checkpoint,
@@ -39,8 +45,8 @@ WORK_DIR = "_work"
 # around 0.7-0.8; the demo's tiny-verifier draft reaches 0.94 (see DEMO_OPS), random features ~0.01.
 MIN_VAL_ACCURACY = 0.5
 ACCURACY_KEY = "val_full_acc_0"
-LATEST_FILE = "latest.json"
 TRAINING_FILE = "training.json"
+RECIPE_KEY = "recipe"
 
 
 class Eagle3TrainingConfig(dg.Config, TrainingSettings):
@@ -83,12 +89,45 @@ def _choose_partitions(config: Eagle3TrainingConfig, all_keys: list[str], root: 
     return chosen
 
 
-def latest_checkpoint(instance: dg.DagsterInstance) -> Path:
-    """The folder of the latest ``eagle3_checkpoint`` materialization (its ``path`` metadata)."""
-    event = instance.get_latest_materialization_event(dg.AssetKey(ASSET))
-    if event is None:
-        raise dg.Failure(f"{ASSET} has never been materialized: materialize it first")
-    return Path(event.asset_materialization.metadata["path"].value)
+def recipe_of(config: Eagle3TrainingConfig) -> dict:
+    """What a training run's name stands for: its training settings and the partitions it was told to read."""
+    return {**_settings(config).model_dump(), "partitions": list(config.partitions)}
+
+
+def recipe_changes(recorded: dict, recipe: dict) -> list[str]:
+    """``field: recorded -> now`` for each setting both recipes hold that differs (a setting added to the
+    code after the run was recorded is not a change of the run's recipe)."""
+    return [f"{name}: {recorded[name]!r} -> {recipe[name]!r}" for name in sorted(set(recorded) & set(recipe))
+            if recorded[name] != recipe[name]]
+
+
+def latest_record(instance: dg.DagsterInstance, run: str) -> dg.EventLogRecord | None:
+    """The latest ``eagle3_checkpoint`` materialization of the training run ``run``."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSET), asset_partitions=[run]), limit=1).records
+    return records[0] if records else None
+
+
+def checkpoint_of(instance: dg.DagsterInstance, run: str) -> Path:
+    """The folder of the training run ``run``'s latest checkpoint (its ``path`` metadata)."""
+    record = latest_record(instance, run)
+    if record is None:
+        raise dg.Failure(f"training run {run!r} has no {ASSET} yet: materialize {ASSET} for partition {run!r} first")
+    return Path(record.asset_materialization.metadata["path"].value)
+
+
+def _check_recipe(instance: dg.DagsterInstance, run: str, recipe: dict) -> None:
+    record = latest_record(instance, run)
+    recorded = record.asset_materialization.metadata.get(RECIPE_KEY) if record else None
+    if recorded is None:
+        return
+    if changes := recipe_changes(recorded.value, recipe):
+        raise dg.Failure(
+            f"training run {run!r} was trained with another recipe ({'; '.join(changes)}): a run name stands for one "
+            f"recipe, so its checkpoints stay comparable. Add a new training run for this recipe (launchpad: "
+            f"'Add partition', or `eagle-assets add-training-run NAME`), or launch {run!r} with its recorded settings "
+            "(`eagle-assets checkpoints` and the run's metadata show them)"
+        )
 
 
 def _features_of(checkpoint: Path, root: Path) -> list[FeatureManifest]:
@@ -112,9 +151,11 @@ def plan_metadata(root: Path, chosen: list[str], manifest: FeatureManifest, mode
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
     all_partitions = dg.AllPartitionMapping()
+    runs = training_runs()
 
     @dg.asset(
         name=ASSET,
+        partitions_def=runs,
         deps=[dg.AssetDep(name, partition_mapping=all_partitions) for name in UPSTREAM],
         kinds={"pytorch", "speculators", "safetensors"},
         group_name="training",
@@ -123,10 +164,13 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     )
     def eagle3_checkpoint(context: dg.AssetExecutionContext, config: Eagle3TrainingConfig,
                           storage: StorageRoot, verifier: Verifier) -> dg.MaterializeResult:
-        """An EAGLE-3 draft checkpoint (speculators format, vLLM ``eagle3``) trained on the verifier's outputs.
+        """An EAGLE-3 draft checkpoint (speculators format, vLLM `eagle3`) of one named training run, trained
+        on the verifier's outputs.
 
-        The folder holds ``config.json`` + ``model.safetensors`` (draft, frozen embedding, ``d2t``/``t2d``),
-        ``training.json`` (settings, data, metrics) and ``lineage.json``. Best epoch by validation loss.
+        The folder holds `config.json` + `model.safetensors` (draft, frozen embedding, `d2t`/`t2d`),
+        `training.json` (settings, data, metrics) and `lineage.json`. Best epoch by validation loss. The
+        run's recipe is fixed by its first materialization (metadata `recipe`); the `lineage` metadata
+        table lists the upstream data versions and runs it was trained from.
         """
         from eagle_assets.training import runner
         from eagle_assets.training.verifier_folder import training_verifier
@@ -134,6 +178,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         started = time.monotonic()
         root = Path(storage.root)
+        run_name = context.partition_key
+        recipe = recipe_of(config)
+        _check_recipe(context.instance, run_name, recipe)
         settings = _settings(config)
         chosen = _choose_partitions(config, partitions.get_partition_keys(), root, context.log)
         work = storage.path(ASSET) / WORK_DIR
@@ -169,6 +216,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         run = runner.train(data, vocab, str(trained_against), settings, work, context.log)
         summary = run.summary
         training = {
+            "training_run": run_name,
+            "recipe": recipe,
             "settings": settings.model_dump(),
             "resolved_from_verifier": resolved,
             "code_version": CODE_VERSION,
@@ -194,11 +243,12 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         folder, digest, lineage_sha256 = keep_checkpoint(
             run.best_dir, storage.path(ASSET), {TRAINING_FILE: training},
             finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes))
-        write_json({"path": str(folder), "data_version": digest}, storage.path(ASSET) / LATEST_FILE)
         context.log.info(f"kept checkpoint {folder} (epoch {summary['best_epoch']}, val loss {summary['val_loss']:.4f}) "
                          f"after {time.monotonic() - started:.0f}s")
         metadata = {
             "path": dg.MetadataValue.path(str(folder)),
+            "training_run": run_name,
+            RECIPE_KEY: dg.MetadataValue.json(recipe),
             "partitions": ", ".join(chosen),
             "rows": data.num_rows,
             "validation_rows": data.num_validation_rows,
@@ -224,22 +274,22 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             data_version=dg.DataVersion(digest[:16]),
         )
 
-    @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
+    @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
                     description="The kept checkpoint loads with speculators and holds what it should: an eagle3 "
                     "config, every draft weight (finite, loaded as saved), d2t/t2d that fit the draft and verifier "
                     "vocabularies, and a forward pass on a tiny batch that proposes verifier tokens.")
     def loads_with_speculators(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        folder = latest_checkpoint(context.instance)
+        folder = checkpoint_of(context.instance, context.partition_key)
         problems, facts = speculators_load_problems(folder)
         return dg.AssetCheckResult(passed=not problems,
                                    metadata={**facts, "problems": "\n".join(problems) or "none"})
 
-    @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
+    @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
                     description="Training learned: the draft's first-proposal validation accuracy is at least "
                     "min_val_accuracy and beats always proposing the most frequent supervised token.")
     def learned(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        event = context.instance.get_latest_materialization_event(dg.AssetKey(ASSET))
-        meta = {k: v.value for k, v in event.asset_materialization.metadata.items()} if event else {}
+        record = latest_record(context.instance, context.partition_key)
+        meta = {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {}
         accuracy, floor, baseline = meta.get(ACCURACY_KEY), meta.get("min_val_accuracy"), meta.get("top_token_share")
         if None in (accuracy, floor, baseline):
             return dg.AssetCheckResult(passed=False, description=f"the latest {ASSET} materialization lacks "
@@ -251,12 +301,12 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             f"the most-frequent-token baseline {baseline:.3f}: training did not learn (check lr, epochs, features)",
         )
 
-    @dg.asset_check(asset=eagle3_checkpoint, blocking=True,
+    @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
                     description="Hidden size, aux layer ids and d2t/t2d vocab maps agree with the verifier "
                     "and with the hidden_states manifests the draft was trained on.")
     def matches_verifier(context: dg.AssetCheckExecutionContext, storage: StorageRoot,
                          verifier: Verifier) -> dg.AssetCheckResult:
-        folder = latest_checkpoint(context.instance)
+        folder = checkpoint_of(context.instance, context.partition_key)
         facts = verifier_facts(verifier.get_backend(), verifier.resolved_model_path())
         problems = []
         for manifest in _features_of(folder, Path(storage.root)):

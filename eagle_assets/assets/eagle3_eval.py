@@ -1,6 +1,7 @@
 """The ``eagle3_eval`` asset: how many tokens the draft saves, measured by vLLM speculative decoding.
 
-The verifier is served with the latest ``eagle3_checkpoint`` as its EAGLE-3 draft; held-out prompts
+Partitioned like ``eagle3_checkpoint``, by named training run: the verifier is served with the run's
+latest checkpoint (or one of its kept checkpoints, ``checkpoint`` in the launchpad) as its EAGLE-3 draft; held-out prompts
 (split ``heldout`` of the current ``prompts`` tables; training reads only ``train`` and ``validation``)
 are sent greedily, and the acceptance length and per-position acceptance come from vLLM's own
 spec-decode counters. An out-of-distribution set (the evaluation-only partitions, e.g. ``demo_ood``)
@@ -8,6 +9,10 @@ is measured the same way on the same server and reported beside it as ``ood_*``.
 whose problem the checkpoint trained or validated on is never sent (``eagle_assets.evaluation.eval_sets``).
 The simulated value of the same draft on the in-distribution greedy outputs (verifier hidden states,
 speculators' forward) is recorded too. All use vLLM's convention τ = 1 + accepted / drafts.
+
+Each prompt set's numbers carry its label as a key prefix (``heldout[demo]/acceptance_length``,
+``ood[demo_ood]/acceptance_length``): the UI plots one line per key, so a line never joins numbers of
+different prompt sets, and training runs are separate partitions.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
@@ -20,6 +25,7 @@ from pydantic import Field
 
 from eagle_assets.assets import eagle3_checkpoint as checkpoint_asset
 from eagle_assets.evaluation.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
+from eagle_assets.partitions import training_runs
 from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 from eagle_assets.splits import prompts_file
@@ -30,7 +36,7 @@ CHECKPOINT_ASSET = checkpoint_asset.ASSET
 REPORT_FILE = "report.json"
 OUTPUTS_FILE = "greedy_outputs.parquet"
 # Bump when the same checkpoint and settings would be measured differently.
-CODE_VERSION = "eagle3_eval-2"  # 2: trained problems excluded; out-of-distribution set beside held-out
+CODE_VERSION = "eagle3_eval-3"  # 3: per training run; numbers keyed by prompt set
 OUTPUTS_SCHEMA = pa.schema([("eval_set", pa.string()), ("prompt_id", pa.string()),
                             ("prompt_token_ids", pa.list_(pa.int32())),
                             ("token_ids", pa.list_(pa.int32())), ("finish_reason", pa.string())])
@@ -39,6 +45,11 @@ OUTPUTS_SCHEMA = pa.schema([("eval_set", pa.string()), ("prompt_id", pa.string()
 class Eagle3EvalConfig(dg.Config):
     """Launchpad settings of ``eagle3_eval``."""
 
+    checkpoint: str = Field(
+        default="",
+        description="Which of the training run's kept checkpoints to evaluate: its folder name (content hash, as "
+        "`eagle-assets checkpoints` lists it) or path; empty = the run's latest.",
+    )
     num_speculative_tokens: int = Field(default=3, ge=1, description="Draft tokens vLLM proposes per step (K).")
     max_prompts: int = Field(
         default=64, ge=1, description="Prompts to send per set, in-distribution and out-of-distribution (the "
@@ -76,19 +87,35 @@ class Eagle3EvalConfig(dg.Config):
     )
 
 
-def latest_checkpoint(instance: dg.DagsterInstance) -> Path:
-    """The latest ``eagle3_checkpoint`` folder, which must still exist to be served."""
-    folder = checkpoint_asset.latest_checkpoint(instance)
+def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRoot, name: str = "") -> Path:
+    """The checkpoint folder to serve: ``name`` (a kept folder's name or a path) or the training run's latest.
+    It must still exist and belong to ``run``."""
+    if not name:
+        folder = checkpoint_asset.checkpoint_of(instance, run)
+    else:
+        folder = Path(name) if "/" in name else storage.path(CHECKPOINT_ASSET) / name
     if not (folder / "config.json").exists():
-        raise dg.Failure(f"the latest {CHECKPOINT_ASSET} folder {folder} is gone: re-materialize {CHECKPOINT_ASSET}")
+        raise dg.Failure(f"checkpoint {folder} is gone or not a checkpoint folder: `eagle-assets checkpoints` lists "
+                         f"the kept ones; re-materialize {CHECKPOINT_ASSET} for training run {run!r}")
+    trained_by = _training(folder).get("training_run")
+    if trained_by is not None and trained_by != run:
+        raise dg.Failure(f"checkpoint {folder.name} belongs to training run {trained_by!r}, not {run!r}: evaluate it "
+                         f"in partition {trained_by!r}, so each run's evaluations stay its own")
     return folder
 
 
+def _training(checkpoint: Path) -> dict:
+    training = checkpoint / checkpoint_asset.TRAINING_FILE
+    return json.loads(training.read_text()) if training.exists() else {}
+
+
 def training_partitions(checkpoint: Path) -> list[str]:
-    training = checkpoint / "training.json"
-    if not training.exists():
-        return []
-    return list(json.loads(training.read_text()).get("data", {}).get("partitions", []))
+    return list(_training(checkpoint).get("data", {}).get("partitions", []))
+
+
+def set_label(kind: str, partitions: list[str]) -> str:
+    """A prompt set's name in metadata keys: ``heldout[demo]``, ``ood[demo_ood+mine]``."""
+    return f"{kind}[{'+'.join(partitions)}]"
 
 
 def ood_partitions(config: Eagle3EvalConfig, root: Path, log) -> list[str]:
@@ -110,8 +137,11 @@ def ood_partitions(config: Eagle3EvalConfig, root: Path, log) -> list[str]:
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
+    runs = training_runs()
+
     @dg.asset(
         name=ASSET,
+        partitions_def=runs,
         deps=[CHECKPOINT_ASSET, dg.AssetDep("prompts", partition_mapping=dg.AllPartitionMapping())],
         kinds={"vllm", "speculators"},
         group_name="evaluation",
@@ -120,18 +150,20 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     )
     def eagle3_eval(context: dg.AssetExecutionContext, config: Eagle3EvalConfig, storage: StorageRoot,
                     vllm_server: VLLMServer, verifier: Verifier) -> dg.MaterializeResult:
-        """Acceptance of the latest EAGLE-3 draft on held-out and out-of-distribution prompts, measured by
-        vLLM speculative decoding.
+        """Acceptance of a training run's EAGLE-3 draft on held-out and out-of-distribution prompts, measured
+        by vLLM speculative decoding.
 
-        Metadata: ``acceptance_length`` (τ = 1 + accepted/drafts, vLLM's convention),
-        ``acceptance_pos_1..K`` (accepted at position k / drafts), ``simulated_acceptance_length`` (the
-        draft's chained proposals against the verifier's greedy tokens, same convention), tokens/s;
-        ``ood_*`` the same numbers on the out-of-distribution set; ``excluded_trained`` the held-out
-        prompts left out because the checkpoint trained or validated on their problem.
+        Metadata, per prompt set under its label (`heldout[<partitions>]/…`, `ood[<partitions>]/…`):
+        `acceptance_length` (τ = 1 + accepted/drafts, vLLM's convention), `acceptance_pos_1..K` (accepted at
+        position k / drafts), `simulated_acceptance_length` (in-distribution: the draft's chained proposals
+        against the verifier's greedy tokens, same convention), tokens/s, `excluded_trained` (held-out
+        prompts left out because the checkpoint trained or validated on their problem); `acceptance` is
+        the table of all sets, `checkpoint` the folder evaluated.
         """
-        from eagle_assets.evaluation.run import EvaluationError, evaluate
+        from eagle_assets.evaluation.run import EvaluationError, acceptance_table, evaluate
 
-        checkpoint = latest_checkpoint(context.instance)
+        run = context.partition_key
+        checkpoint = chosen_checkpoint(context.instance, run, storage, config.checkpoint)
         root = Path(storage.root)
         chosen = config.partitions or training_partitions(checkpoint) or partitions.get_partition_keys()
         try:
@@ -159,10 +191,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             )
         except EvaluationError as err:
             raise dg.Failure(str(err)) from err
-        numbers = {**result.metadata(), "excluded_trained": heldout.excluded_trained}
-        if ood.partitions:
-            numbers["ood_excluded_trained"] = ood.excluded_trained
+        label = set_label("heldout", chosen)
+        ood_label = set_label("ood", ood.partitions) if ood.partitions else None
+        numbers = {**result.metadata_by_set(label, ood_label or "ood"), f"{label}/excluded_trained": heldout.excluded_trained}
+        if ood_label:
+            numbers[f"{ood_label}/excluded_trained"] = ood.excluded_trained
+        labels = [label, *([ood_label] if ood_label else [])]
         report = {
+            "training_run": run,
+            "eval_sets": labels,
             "checkpoint": str(checkpoint),
             "partitions": chosen,
             "prompt_ids": [r.prompt_id for r in heldout.requests],
@@ -187,6 +224,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         return dg.MaterializeResult(
             metadata={
                 **numbers,
+                "acceptance": dg.MetadataValue.md(acceptance_table(numbers, labels)),
+                "eval_set": label,
+                "ood_eval_set": ood_label or "(none)",
+                "training_run": run,
                 "min_acceptance_length": config.min_acceptance_length,
                 "checkpoint": dg.MetadataValue.path(str(checkpoint)),
                 "report": dg.MetadataValue.path(str(folder / REPORT_FILE)),
@@ -197,17 +238,21 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             data_version=dg.DataVersion(version),
         )
 
-    @dg.asset_check(asset=eagle3_eval, description="vLLM-measured acceptance length is at least the configured "
-                    "floor (min_acceptance_length of the evaluation run).")
+    @dg.asset_check(asset=eagle3_eval, partitions_def=runs, description="vLLM-measured acceptance length on the "
+                    "in-distribution held-out set is at least the configured floor (min_acceptance_length of the "
+                    "evaluation run).")
     def acceptance_length_above_floor(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        event = context.instance.get_latest_materialization_event(dg.AssetKey(ASSET))
-        if event is None:
-            return dg.AssetCheckResult(passed=False, description=f"{ASSET} has never been materialized")
-        metadata = event.asset_materialization.metadata
-        tau, floor = metadata["acceptance_length"].value, metadata["min_acceptance_length"].value
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSET), asset_partitions=[context.partition_key]), limit=1).records
+        if not records:
+            return dg.AssetCheckResult(passed=False, description=f"{ASSET} of training run {context.partition_key!r} "
+                                       "has never been materialized")
+        metadata = records[0].asset_materialization.metadata
+        label = metadata["eval_set"].value
+        tau, floor = metadata[f"{label}/acceptance_length"].value, metadata["min_acceptance_length"].value
         return dg.AssetCheckResult(
             passed=tau >= floor,
-            metadata={"acceptance_length": tau, "min_acceptance_length": floor},
+            metadata={"eval_set": label, "acceptance_length": tau, "min_acceptance_length": floor},
             description=None if tau >= floor else f"τ {tau:.3f} < floor {floor}: train longer or on more samples",
         )
 

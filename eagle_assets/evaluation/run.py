@@ -54,6 +54,46 @@ class Evaluation:
         return meta
 
 
+    def metadata_by_set(self, label: str, ood_label: str) -> dict[str, float | int | str]:
+        """:meth:`metadata` with each prompt set's numbers under its own key prefix (``<label>/acceptance_length``,
+        ``<ood_label>/acceptance_length``), so a plot of one key never joins numbers of different prompt sets."""
+        by_set: dict[str, float | int | str] = {}
+        for key, value in self.metadata().items():
+            if key in SHARED_KEYS:
+                by_set[key] = value
+            elif key.startswith("ood_"):
+                by_set[f"{ood_label}/{key.removeprefix('ood_')}"] = value
+            else:
+                by_set[f"{label}/{key}"] = value
+        return by_set
+
+
+# Numbers of the whole evaluation, not of one prompt set.
+SHARED_KEYS = ("num_speculative_tokens", "acceptance_convention")
+
+
+def tau_by_set(metadata: dict) -> dict[str, float]:
+    """vLLM-measured τ per prompt set from :meth:`Evaluation.metadata_by_set`'s keys (or a report of them)."""
+    return {key.removesuffix("/acceptance_length"): getattr(value, "value", value) for key, value in metadata.items()
+            if key.endswith("/acceptance_length")}
+
+
+def acceptance_table(metadata: dict, labels: Sequence[str]) -> str:
+    """A Markdown table of the prompt sets in ``labels``: prompts, τ, per-position acceptance, simulated τ."""
+    def get(label: str, key: str):
+        value = metadata.get(f"{label}/{key}")
+        return getattr(value, "value", value)
+
+    k = int(getattr(metadata["num_speculative_tokens"], "value", metadata["num_speculative_tokens"]))
+    lines = ["| prompt set | prompts | τ (vLLM) | per position | simulated τ |", "|---|---|---|---|---|"]
+    for label in labels:
+        positions = " / ".join(f"{get(label, f'acceptance_pos_{i}'):.3f}" for i in range(1, k + 1))
+        simulated = get(label, "simulated_acceptance_length")
+        lines.append(f"| {label} | {get(label, 'prompts_evaluated')} | {get(label, 'acceptance_length'):.3f} | "
+                     f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} |")
+    return "\n".join(lines)
+
+
 def _served_numbers(served: ServedRun, prefix: str = "") -> dict[str, float | int]:
     counters = served.counters
     return {
