@@ -23,6 +23,7 @@ from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata, shape_of
 from eagle_assets.hidden_state_files import INDEX_FILE
+from eagle_assets.assets.group import PIPELINE
 from eagle_assets.partitions import training_runs
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.tokenization import SEQUENCES_FILE
@@ -158,7 +159,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         partitions_def=runs,
         deps=[dg.AssetDep(name, partition_mapping=all_partitions) for name in UPSTREAM],
         kinds={"pytorch", "speculators", "safetensors"},
-        group_name="training",
+        group_name=PIPELINE,
         code_version=CODE_VERSION,
         pool="gpu",
     )

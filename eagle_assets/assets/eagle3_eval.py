@@ -25,6 +25,7 @@ from pydantic import Field
 
 from eagle_assets.assets import eagle3_checkpoint as checkpoint_asset
 from eagle_assets.evaluation.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
+from eagle_assets.assets.group import PIPELINE
 from eagle_assets.partitions import training_runs
 from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
@@ -144,7 +145,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         partitions_def=runs,
         deps=[CHECKPOINT_ASSET, dg.AssetDep("prompts", partition_mapping=dg.AllPartitionMapping())],
         kinds={"vllm", "speculators"},
-        group_name="evaluation",
+        group_name=PIPELINE,
         code_version=CODE_VERSION,
         pool="gpu",
     )
