@@ -60,7 +60,7 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
     # better than on prompts like its training data: an OOD set no harder than the held-out one isn't one.
     ood = float(_value(output, "ood_acceptance_length"))
     assert 1.5 <= ood <= tau + 0.1, (ood, tau)
-    assert re.search(r"out-of-distribution: demo_ood, \d+ prompts", output)
+    assert re.search(r"out-of-distribution: ood\[demo_ood\], \d+ prompts", output)
     # The captured samples' quality classes (issue 13), as shares.
     assert re.search(r"^sample quality \(demo\): [a-z_]+ \d+\.\d%", output, flags=re.MULTILINE), output[-3000:]
     tail = output[output.index("acceptance_length="):]
