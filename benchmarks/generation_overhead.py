@@ -77,7 +77,7 @@ def main() -> None:
     server = VLLMServer(mode="external", base_urls=[args.base_url]) if args.base_url else VLLMServer(
         port=args.port, max_model_len=4096, max_num_seqs=256, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
-    with server.serve(log=_Print()) as base_urls, tempfile.TemporaryDirectory() as tmp:
+    with server.serve(log=PrintLog()) as base_urls, tempfile.TemporaryDirectory() as tmp:
         model = openai.OpenAI(base_url=base_urls[0], api_key="EMPTY").models.list().data[0].id
 
         def run_bare() -> int:
@@ -112,7 +112,7 @@ def main() -> None:
     print(f"generation_overhead_ratio={statistics.median(rates['asset']) / statistics.median(rates['bare']):.3f}")
 
 
-class _Print:
+class PrintLog:
     """A minimal logger for the server resource outside Dagster (server log lines are dropped)."""
 
     def info(self, message: str) -> None:
