@@ -233,7 +233,8 @@ def main() -> None:
                         help="flags for benchmarks/train_step_probe.py (variant gpu-bound)")
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="start no run that would likely end past this many seconds (the last run's length "
-                             "as its estimate: the first one compiles cold); the summary covers the runs done")
+                             "as its estimate, or the shortest run's for a variant not run yet); the summary "
+                             "covers the runs done")
     parser.add_argument("--runs-file", type=Path, default=None,
                         help="JSON lines of finished runs: runs already in it (same settings) are not run "
                              "again, new ones are appended, and the summary covers them all; lets one "
@@ -316,7 +317,7 @@ def main() -> None:
                 sys.exit(f"--runs-file {args.runs_file} holds runs of other settings ({record['setup']}); "
                          f"this run's are {setup_key}: give a new file")
             finished[(record["repeat"], record["name"])] = record
-    last_run_s = 0.0
+    run_seconds: dict[str, float] = {}
     failures: list[str] = []
     for repeat in range(args.repeats):
         order = names[repeat % len(names):] + names[: repeat % len(names)]
@@ -332,8 +333,11 @@ def main() -> None:
                 startups[name].append(record["startup_s"])
                 lines.append(record["line"] + " (from --runs-file)")
                 continue
-            if args.time_budget_s and time.perf_counter() - started + last_run_s > args.time_budget_s:
-                break
+            # A variant's next run is estimated by its last one; a variant not run yet by the shortest run so
+            # far (the first run of a process compiles cold and is no estimate of the warm ones after it).
+            estimate = run_seconds.get(name, min(run_seconds.values(), default=0.0))
+            if args.time_budget_s and time.perf_counter() - started + estimate > args.time_budget_s:
+                continue
             save = work / f"{name}-{repeat}"
             run_started = time.perf_counter()
             record = dict(setup=setup_key, repeat=repeat, name=name)
@@ -358,7 +362,7 @@ def main() -> None:
                 failures.append(line)
                 record.update(failed=True, line=line)
             print(line, flush=True)
-            last_run_s = time.perf_counter() - run_started
+            run_seconds[name] = time.perf_counter() - run_started
             if args.runs_file:
                 with args.runs_file.open("a") as runs_file:
                     runs_file.write(json.dumps(record) + "\n")
