@@ -93,9 +93,15 @@ class StampedLog:
         self.quiet = quiet
         self.created = time.perf_counter()
         self.marks: dict[tuple[int, str], float] = {}
+        # Every line of every run, stamped with seconds since its process started, when $OUT is set:
+        # the in-epoch rates (the trainer's own per-log-step tokens/s) beside the epoch totals.
+        self.transcript = Path(os.environ["OUT"], "run_lines.txt") if os.environ.get("OUT") else None
 
     def info(self, line: str) -> None:
         now = time.perf_counter()
+        if self.transcript:
+            with self.transcript.open("a") as transcript:
+                transcript.write(f"[{self.name} +{now - self.created:.2f}s] {line}\n")
         match = EPOCH_LINE.search(line)
         if match:
             self.marks[(int(match.group(1)), match.group(3))] = now

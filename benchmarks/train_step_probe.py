@@ -83,7 +83,8 @@ def profile_real_steps(trainer, loader, steps: int) -> None:
 
     trainer.train_loader = loader
     wait, warmup = 2, 2
-    trainer.config.max_steps = trainer.global_step + wait + warmup + steps
+    # TrainerConfig is a NamedTuple: the step bound goes in through a copy.
+    trainer.config = trainer.config._replace(max_steps=trainer.global_step + wait + warmup + steps)
     marks: list[float] = []
 
     def step_done():  # never waits for the device: the probe must not add syncs of its own
@@ -94,7 +95,7 @@ def profile_real_steps(trainer, loader, steps: int) -> None:
                  schedule=schedule(wait=wait, warmup=warmup, active=steps)) as prof:
         trainer.train_epoch(1, step_callback=step_done)
     torch.cuda.synchronize()
-    trainer.config.max_steps = None
+    trainer.config = trainer.config._replace(max_steps=None)
     averages = prof.key_averages()
     wall = marks[-1] - marks[wait + warmup - 1] if len(marks) > wait + warmup else float("nan")
     device_us = sum(e.self_device_time_total for e in averages if e.device_type.name == "CUDA")
