@@ -14,6 +14,15 @@ stream and, when its features are FP8, dequantized there with hs-connectors' own
 backend, but leaving values in FP8 with their per-token scales beside them, and
 :class:`ScalesKeptCollate` is speculators' collate keeping those scales aligned with the features.
 Batches, their order and their values are unchanged (the same arithmetic, on another device).
+
+Each epoch also starts loading early: speculators' loader keeps its workers between epochs, but they begin
+an epoch only when the trainer asks for its first batch, after the previous epoch's checkpoint save and
+validation; the first step then waits while every worker builds its first packed row (measured on one
+H200: 2-3.7 s before the first step of a 40-step epoch, while the other 39 steps took 5.1 s).
+:class:`DeviceBatches` starts the next epoch's loading as soon as the current epoch's last batch is in
+hand, so it overlaps that last step, the save and the validation. The next epoch's batches are the ones
+the trainer would get (its sampler, set to that epoch), and they are used only if the trainer asks for
+that epoch.
 """
 
 from __future__ import annotations
@@ -118,12 +127,15 @@ class DeviceBatches:
     dequantized to ``dequantize_dtype`` when given. Behaves as the loader for speculators' trainer
     (``len``, ``batch_sampler``, ``dataset``)."""
 
-    def __init__(self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None):
+    def __init__(self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None,
+                 last_epoch: int | None = None):
         self.loader = loader
         self.device = torch.device(device)
         self.dequantize_dtype = dequantize_dtype
         # On CPU (tests, small runs) there is nothing to overlap: batches are only dequantized.
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.last_epoch = last_epoch  # no early start after it: nobody would read those batches
+        self.early: tuple[int, Iterator] | None = None  # (epoch, the loader's iterator already loading it)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -154,12 +166,40 @@ class DeviceBatches:
                 value.record_stream(consumer)
         return batch
 
+    def _sampler_epoch(self) -> int | None:
+        sampler = getattr(self.loader, "batch_sampler", None)
+        return getattr(sampler, "epoch", None) if hasattr(sampler, "set_epoch") else None
+
+    def _epoch_iterator(self) -> Iterator[dict]:
+        """The loader's iterator for the epoch its sampler is set to: the one started early if it is that epoch."""
+        early, self.early = self.early, None
+        epoch = self._sampler_epoch()
+        if early is not None and epoch is not None and early[0] == epoch:
+            return early[1]
+        # Another epoch than the one started (or none): a fresh iterator; a persistent-worker loader
+        # drops what the early one had loaded.
+        return iter(self.loader)
+
+    def _start_next_epoch(self) -> None:
+        epoch = self._sampler_epoch()
+        if epoch is None or (self.last_epoch is not None and epoch >= self.last_epoch):
+            return
+        sampler = self.loader.batch_sampler
+        sampler.set_epoch(epoch + 1)
+        try:
+            # The iterator takes its batch order from the sampler now and its workers start loading.
+            self.early = (epoch + 1, iter(self.loader))
+        finally:
+            sampler.set_epoch(epoch)  # the running epoch is still this one for everyone else
+
     def __iter__(self) -> Iterator[dict]:
         pending = None
-        for batch in self.loader:
+        for batch in self._epoch_iterator():
             staged = self._to_device(batch)
             if pending is not None:
                 yield self._hand_over(*pending)
             pending = staged
+        # Every batch of this epoch is in hand (the loader's iterator is spent): the next epoch may start.
+        self._start_next_epoch()
         if pending is not None:
             yield self._hand_over(*pending)

@@ -8,7 +8,8 @@ several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.training.launch ...`
 - the CPU adaptations of :mod:`eagle_assets.training.cpu` when CUDA is absent;
 - loader workers that reuse their buffers (:mod:`eagle_assets.training.loader_workers`);
 - batches copied to the GPU a step ahead on a side stream, FP8 features dequantized there rather than in
-  the loader workers (:mod:`eagle_assets.training.device_batches`);
+  the loader workers, and each epoch's loading started while the previous epoch ends
+  (:mod:`eagle_assets.training.device_batches`);
 - no host-device synchronisation in a training step outside logging steps
   (:mod:`eagle_assets.training.host_syncs`);
 - speculators' fused Triton loss made callable from the compiled draft
@@ -143,12 +144,12 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
 
         fused_loss.install()
 
-    def on_device(loader, device):
+    def on_device(loader, device, last_epoch):
         if loader is None:
             return None
         keep_memory_in(loader)
         fp8 = getattr(loader.dataset, "fp8_on_device", False)
-        return DeviceBatches(loader, device, loader.dataset.dequantize_dtype if fp8 else None)
+        return DeviceBatches(loader, device, loader.dataset.dequantize_dtype if fp8 else None, last_epoch)
 
     class EarlyStoppingTrainer(trainer.Trainer):
         """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""
@@ -156,8 +157,9 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
-            self.train_loader = on_device(self.train_loader, device)
-            self.val_loader = on_device(self.val_loader, device)
+            last_epoch = self.config.num_epochs - 1
+            self.train_loader = on_device(self.train_loader, device, last_epoch)
+            self.val_loader = on_device(self.val_loader, device, last_epoch)
 
         def train_epoch(self, epoch, **kwargs):
             super().train_epoch(epoch, **kwargs)
