@@ -197,7 +197,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         numbers = {**result.metadata_by_set(label, ood_label or "ood"), f"{label}/excluded_trained": heldout.excluded_trained}
         if ood_label:
             numbers[f"{ood_label}/excluded_trained"] = ood.excluded_trained
-        labels = [label, *([ood_label] if ood_label else [])]
+        labels = [label, *(f"{label}/variant[{name}]" for name in result.by_variant),
+                  *([ood_label] if ood_label else [])]
         report = {
             "training_run": run,
             "eval_sets": labels,

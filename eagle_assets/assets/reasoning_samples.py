@@ -1,7 +1,9 @@
 """The ``reasoning_samples`` asset: the verifier's own thinking and answers, with the exact tokens."""
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+import json
 import time
+from dataclasses import asdict
 from typing import Any
 
 import dagster as dg
@@ -18,6 +20,7 @@ from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
 from eagle_assets.generation.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
+from eagle_assets.generation.variants import SamplingVariant, assign_variant, validate_variants, write_variants
 from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples, with_classes, write_quality
 from eagle_assets.resources import StorageRoot, VLLMServer
 from eagle_assets.resources.vllm_server import VLLMServerError
@@ -27,6 +30,23 @@ from eagle_assets.splits import SPLITS
 CODE_VERSION = "reasoning_samples-2"  # 2: thinking_tokens per row, unfinished_thinking from token ids, quality
 PERCENTILES = (50, 90, 99)
 EXAMPLES_PER_CLASS = 3
+
+
+class SamplingVariantConfig(dg.Config):
+    """One sampling variant: a share of the prompts (chosen by prompt id) asked this way."""
+
+    name: str = Field(description="The variant's name, e.g. thinking or instant (in rows, lineage and eval keys).")
+    share: float = Field(gt=0, le=1, description="Share of the prompts asked this way; the shares sum to 1.")
+    temperature: float | None = Field(default=None, ge=0.0, description="Temperature; empty: the asset's own.")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="top_p; empty: the asset's own.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Chat-template switches merged over the asset's own, e.g. "
+        "{enable_thinking: false} (Qwen3) or {thinking: false} (Kimi-K2.5) for instant mode.",
+    )
+
+    def variant(self) -> SamplingVariant:
+        return SamplingVariant(self.name, self.share, self.temperature, self.top_p,
+                                                 dict(self.chat_template_kwargs))
 
 
 class ReasoningSamplesConfig(dg.Config):
@@ -78,8 +98,24 @@ class ReasoningSamplesConfig(dg.Config):
         "than ok (errors included).",
     )
 
+    sampling_variants: list[SamplingVariantConfig] = Field(
+        default_factory=list,
+        description="Several ways of asking the verifier, each for a share of the prompts chosen by prompt id "
+        "(e.g. thinking 0.75 and instant 0.25 with {enable_thinking: false}); empty: every prompt asked the same "
+        "way. Recorded per row and beside the samples; eagle3_eval reports acceptance per variant.",
+    )
+
     def quality_rules(self) -> QualityRules:
         return QualityRules(self.min_thinking_tokens, self.loop_ngram, self.loop_min_repeats, self.loop_max_share)
+
+    def variants(self) -> list[SamplingVariant]:
+        return [v.variant() for v in self.sampling_variants]
+
+    @field_validator("sampling_variants")
+    @classmethod
+    def _valid_variants(cls, value: list[SamplingVariantConfig]) -> list[SamplingVariantConfig]:
+        validate_variants([v.variant() for v in value])  # its message names the field and the fix
+        return value
 
     @field_validator("splits")
     @classmethod
@@ -251,21 +287,23 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         prompts = _read_prompts(storage, name, config.splits)
         folder = storage.path("reasoning_samples", name)
         done = done_prompt_ids(folder)
+        sampling = Sampling(config.temperature, config.top_p, config.max_tokens, config.seed,
+                            dict(config.chat_template_kwargs))
+        variants = config.variants()
         todo = [
-            PromptRequest(pid, messages, split)
+            PromptRequest(pid, messages, split, _variant_sampling(pid, variants, sampling))
             for pid, messages, split in zip(
                 prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist()
             )
             if pid not in done
         ]
+        write_variants(folder, variants)
         context.log.info(
             f"{name}: {prompts.num_rows} prompts in splits {config.splits}, "
             f"{prompts.num_rows - len(todo)} already captured, {len(todo)} to capture"
         )
         run: dict = {"captured_this_run": 0}
         if todo:
-            sampling = Sampling(config.temperature, config.top_p, config.max_tokens, config.seed,
-                                dict(config.chat_template_kwargs))
             settings = ClientSettings(
                 concurrency=config.concurrency,
                 request_timeout_s=config.request_timeout_s,
@@ -306,7 +344,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
         meta = {**_metadata(samples, prompts.num_rows, folder, run), **_quality_metadata(samples),
                 "quality_rules": dg.MetadataValue.json(rules.as_dict()),
-                **asset_plan_metadata(storage.root, [name], "reasoning_samples")}
+                **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
+                **_variant_metadata(samples, variants)}
         context.log.info(f"{name}: quality " + ", ".join(
             f"{cls} {meta[f'quality/{cls}_share']:.1%}" for cls in QUALITY_CLASSES if meta[f"quality/{cls}"]))
         for message in _error_examples(samples):
@@ -322,6 +361,25 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         )
 
     return {"assets": [reasoning_samples]}
+
+
+def _variant_sampling(prompt_id: str, variants: list, sampling: Sampling) -> Sampling | None:
+    variant = assign_variant(prompt_id, variants)
+    return None if variant is None else variant.sampling(sampling)
+
+
+def _variant_metadata(samples: pa.Table, variants: list) -> dict:
+    """The variants (lineage) and how many ok samples each holds, by the variant each row names."""
+    if not variants:
+        return {}
+    counts = {v.name: 0 for v in variants}
+    ok = samples.filter(pc.equal(samples["status"], "ok"))
+    for sampling in ok["sampling"].to_pylist():
+        name = json.loads(sampling).get("variant") if sampling else None
+        if name in counts:
+            counts[name] += 1
+    return {"sampling_variants": dg.MetadataValue.json([asdict(v) for v in variants]),
+            **{f"variant/{name}/ok_samples": count for name, count in counts.items()}}
 
 
 def _error_examples(samples: pa.Table, shown: int = 10) -> list[str]:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from eagle_assets.generation.engine import PromptRequest
+from eagle_assets.generation.engine import PromptRequest, Sampling
+from eagle_assets.generation.variants import assign_variant, read_variants
 from eagle_assets.splits import HELDOUT, prompts_file
 
 TRAINING_FILE = "training.json"
@@ -79,14 +80,19 @@ def heldout_set(name: str, root: Path, partitions: list[str], limit: int, traine
         table = pq.read_table(path)
         if "group_id" not in table.column_names:
             raise EvalSetError(f"{path} predates problem groups: re-materialize prompts for partition '{partition}'")
-        rows += [r for r in table.select(["prompt_id", "messages", "split", "group_id"]).to_pylist()
+        # Each prompt is asked in the sampling variant its partition's capture would give it.
+        variants = read_variants(Path(root) / "reasoning_samples" / partition)
+        rows += [{**r, "variant": assign_variant(r["prompt_id"], variants)}
+                 for r in table.select(["prompt_id", "messages", "split", "group_id"]).to_pylist()
                  if r["split"] == HELDOUT]
     if trained is not None:
         kept = [r for r in rows if not trained.covers(r["prompt_id"], r["group_id"])]
         out.excluded_trained = len(rows) - len(kept)
         rows = kept
     rows.sort(key=lambda r: r["prompt_id"])
-    out.requests = [PromptRequest(r["prompt_id"], [dict(m) for m in r["messages"]], HELDOUT) for r in rows[:limit]]
+    out.requests = [PromptRequest(r["prompt_id"], [dict(m) for m in r["messages"]], HELDOUT,
+                                  r["variant"].sampling(Sampling()) if r["variant"] else None)
+                    for r in rows[:limit]]
     return out
 
 

@@ -7,10 +7,12 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from eagle_assets.evaluation.served import ServedDraftError, ServedRun, confirm_serves_checkpoint, run_greedy
+from eagle_assets.evaluation.served import (
+    GREEDY, ServedDraftError, ServedRun, confirm_serves_checkpoint, run_greedy,
+)
 from eagle_assets.evaluation.simulated import GreedySample, SimulatedAcceptance, load_draft, simulate
 from eagle_assets.generation.engine import PromptRequest
 from eagle_assets.resources import Verifier, VLLMServer
@@ -30,6 +32,7 @@ class Evaluation:
     baseline: ServedRun | None  # the same requests without the draft (tokens/s only)
     num_speculative_tokens: int
     ood: ServedRun | None = None  # the out-of-distribution set, served by the same speculating server
+    by_variant: dict[str, ServedRun] = field(default_factory=dict)  # the in-distribution set per sampling variant
 
     def metadata(self) -> dict[str, float | int | str]:
         """Flat numbers for Dagster metadata, reports and the benchmark table; ``ood_*`` for the
@@ -42,6 +45,8 @@ class Evaluation:
         }
         if self.ood is not None:
             meta.update(_served_numbers(self.ood, prefix="ood_"))
+        for name, served in self.by_variant.items():
+            meta.update(_served_numbers(served, prefix=f"variant[{name}]/"))
         if self.simulated is not None:
             meta["simulated_acceptance_length"] = round(self.simulated.acceptance_length, 4)
             for k, rate in enumerate(self.simulated.acceptance_per_position):
@@ -92,6 +97,34 @@ def acceptance_table(metadata: dict, labels: Sequence[str]) -> str:
         lines.append(f"| {label} | {get(label, 'prompts_evaluated')} | {get(label, 'acceptance_length'):.3f} | "
                      f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} |")
     return "\n".join(lines)
+
+
+def greedy_request(request: PromptRequest, max_tokens: int) -> PromptRequest:
+    """``request`` with its sampling variant's chat-template switches kept (thinking on/off) but greedy:
+    acceptance is measured on the verifier's greedy outputs, whatever temperature the variant trains with."""
+    if request.sampling is None:
+        return request
+    return replace(request, sampling=replace(request.sampling, max_tokens=max_tokens, seed=None, **GREEDY))
+
+
+def served_by_variant(urls, requests: Sequence[PromptRequest], max_tokens: int, log, concurrency: int,
+                      api_key: str | None) -> tuple[ServedRun, dict[str, ServedRun]]:
+    """The requests served greedily, one sampling variant after another when they name variants (each
+    variant's counter delta then covers its own requests only), and all of them together."""
+    groups: dict[str | None, list[PromptRequest]] = {}
+    for request in requests:
+        groups.setdefault(request.sampling.variant if request.sampling else None, []).append(request)
+    if set(groups) == {None}:
+        return run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=api_key), {}
+    by_variant = {}
+    for name, group in groups.items():
+        log(f"sampling variant {name}: {len(group)} prompts")
+        by_variant[name or "none"] = run_greedy(urls, group, max_tokens, log, concurrency=concurrency,
+                                                api_key=api_key)
+    runs = list(by_variant.values())
+    combined = replace(runs[0], counters=sum((r.counters for r in runs[1:]), runs[0].counters),
+                       rows=[row for r in runs for row in r.rows], wall_s=sum(r.wall_s for r in runs))
+    return combined, by_variant
 
 
 def _served_numbers(served: ServedRun, prefix: str = "") -> dict[str, float | int]:
@@ -189,6 +222,7 @@ def evaluate(
     log = log or logger.info
     if not requests:
         raise EvaluationError("no held-out prompts to evaluate: materialize prompts with a held-out split")
+    requests = [greedy_request(r, max_tokens) for r in requests]
     managed = server.mode == "managed"
     speculating = speculative_server(server, checkpoint, num_speculative_tokens, port) if managed else server
     if not managed:
@@ -200,8 +234,11 @@ def evaluate(
                 confirm_serves_checkpoint(urls, checkpoint, num_speculative_tokens, server.api_key())
             except ServedDraftError as exc:
                 raise EvaluationError(f"refusing to evaluate {checkpoint} on that server: {exc}") from None
-        served = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+        served, by_variant = served_by_variant(urls, requests, max_tokens, log, concurrency, server.api_key())
         _check_speculating(served, urls, "held-out")
+        for name, run in by_variant.items():
+            _check_speculating(run, urls, f"held-out (variant {name})")
+            log(f"variant {name}: acceptance length {run.counters.acceptance_length:.3f}")
         log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
             f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over "
             f"{int(served.counters.drafts)} drafts, {served.tokens_per_s:.0f} tok/s")
@@ -226,4 +263,4 @@ def evaluate(
         with replaced(server, port=port).serve(log=logger) as urls:
             baseline = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
         log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
-    return Evaluation(served, simulated, baseline, num_speculative_tokens, ood)
+    return Evaluation(served, simulated, baseline, num_speculative_tokens, ood, by_variant)

@@ -35,6 +35,7 @@ class PromptRequest:
     prompt_id: str
     messages: list[dict]
     split: str | None = None
+    sampling: Sampling | None = None  # this prompt's own (its sampling variant); None: the engine's
 
 
 @dataclass(frozen=True)
@@ -46,18 +47,19 @@ class Sampling:
     max_tokens: int = 8192
     seed: int | None = None
     chat_template_kwargs: dict = field(default_factory=dict)
+    variant: str | None = None  # the sampling variant's name (eagle_assets.generation.variants), if any
 
     def as_json(self) -> str:
-        return json.dumps(
-            {
-                "temperature": self.temperature,
-                "top_p": self.top_p,
-                "max_tokens": self.max_tokens,
-                "seed": self.seed,
-                "chat_template_kwargs": self.chat_template_kwargs,
-            },
-            sort_keys=True,
-        )
+        settings = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "chat_template_kwargs": self.chat_template_kwargs,
+        }
+        if self.variant is not None:  # rows captured without variants keep their JSON unchanged
+            settings["variant"] = self.variant
+        return json.dumps(settings, sort_keys=True)
 
     def request_seed(self, prompt_id: str) -> int | None:
         """A per-prompt seed, so a sample does not depend on which other prompts shared the run."""
@@ -227,14 +229,15 @@ class CaptureEngine:
 
     async def _capture(self, endpoint: _Endpoint, request: PromptRequest) -> tuple[dict, bool]:
         """One prompt → (row, whether the server answered at all)."""
+        sampling = request.sampling or self.sampling
         extra_body = {"return_token_ids": True}
-        if self.sampling.chat_template_kwargs:
-            extra_body["chat_template_kwargs"] = self.sampling.chat_template_kwargs
+        if sampling.chat_template_kwargs:
+            extra_body["chat_template_kwargs"] = sampling.chat_template_kwargs
         started = time.monotonic()
         row = {
             "prompt_id": request.prompt_id,
             "split": request.split,
-            "sampling": self._sampling_json,
+            "sampling": self._sampling_json if request.sampling is None else sampling.as_json(),
             "server_model": self.model,
             "vllm_version": self.vllm_version,
             "base_url": endpoint.base_url,
@@ -244,10 +247,10 @@ class CaptureEngine:
             raw = await endpoint.client.chat.completions.with_raw_response.create(
                 model=self.model,
                 messages=request.messages,
-                temperature=self.sampling.temperature,
-                top_p=self.sampling.top_p,
-                max_tokens=self.sampling.max_tokens,
-                seed=self.sampling.request_seed(request.prompt_id),
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                seed=sampling.request_seed(request.prompt_id),
                 extra_body=extra_body,
             )
             # The raw JSON, not the SDK's pydantic model: vLLM's extra fields (token ids,
