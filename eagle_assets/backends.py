@@ -220,16 +220,18 @@ class VerifierBackend:
         return ids
 
     def render(self, tokenizer, messages: list[dict], reasoning: str | None, content: str | None,
-               stop_ids: Iterable[int] = ()) -> tuple[list[int], list[int]]:
+               stop_ids: Iterable[int] = (), template_kwargs: dict | None = None) -> tuple[list[int], list[int]]:
         """(prompt ids, completion ids) for a conversation and the verifier's reply, through the chat
         template: the prompt as the server renders it (with the generation prompt), the completion
         as what the template adds for the reply with its reasoning, up to the stop token (the
-        template's own trailing text after it is never generated, so it is not trained on)."""
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        template's own trailing text after it is never generated, so it is not trained on).
+        ``template_kwargs``: the request's `chat_template_kwargs` (e.g. thinking off), as the server got them."""
+        template_kwargs = template_kwargs or {}
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
         reply = {"role": "assistant", "content": content or ""}
         if reasoning is not None:
             reply[self.reasoning_field] = reasoning
-        full = tokenizer.apply_chat_template([*messages, reply], tokenize=False)
+        full = tokenizer.apply_chat_template([*messages, reply], tokenize=False, **template_kwargs)
         if not full.startswith(prompt):
             raise ValueError(
                 "the chat template renders the conversation differently with the reply appended, so the "

@@ -24,7 +24,11 @@ from eagle_assets.runs import configured_state_dir, in_process_runs
 DEMO_OPS = {
     # The tiny verifier answers in ~100 tokens; a rare runaway sample would otherwise decode 8K tokens
     # alone at the end of the capture.
-    "reasoning_samples": {"config": {"max_tokens": 1024}},
+    # Both of a reasoning model's modes, as Kimi-K2.5 is served: a fifth of the prompts in instant mode
+    # (both embedded verifiers' templates read enable_thinking, as Qwen3's and Kimi's do).
+    "reasoning_samples": {"config": {"max_tokens": 1024, "sampling_variants": [
+        {"name": "thinking", "share": 0.8},
+        {"name": "instant", "share": 0.2, "chat_template_kwargs": {"enable_thinking": False}}]}},
     # The tiny verifier's draft recipe, measured on the demo partition (638 train rows, 66K tokens; val
     # accuracy per TTT step after 3 epochs): lr 1e-3 / 1024-token rows 0.69/0.50/0.37, lr 3e-3 / 1024
     # 0.94/0.89/0.84, lr 3e-3 / 512 the same after 2 epochs. The defaults fit production verifiers
@@ -176,6 +180,12 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
         if f"{heldout}/simulated_acceptance_length" in meta:
             detail += f"; simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}"
         lines += [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", f"  ({detail})"]
+        variants = sorted({key.split("/")[1] for key in meta
+                           if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")})
+        if variants:
+            lines.append("  per sampling variant: " + ", ".join(
+                f"{name.removeprefix('variant[').removesuffix(']')} τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
+                f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)" for name in variants))
         if f"{ood}/acceptance_length" in meta:
             lines += [f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
                       f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts; per position "

@@ -9,6 +9,7 @@ conversation is rendered through the verifier backend's chat template.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -31,7 +32,15 @@ SEQUENCES_SCHEMA = pa.schema(
 )
 
 # (messages, reasoning, content) -> (prompt ids, completion ids)
-Renderer = Callable[[list[dict], "str | None", "str | None"], tuple[list[int], list[int]]]
+# (messages, reasoning, content, the request's chat_template_kwargs) -> (prompt ids, completion ids)
+Renderer = Callable[[list[dict], "str | None", "str | None", "dict | None"], tuple[list[int], list[int]]]
+
+
+def template_kwargs(samples: pa.Table, i: int) -> dict:
+    """The ``chat_template_kwargs`` row ``i`` was requested with (its ``sampling`` JSON; thinking off, ...):
+    the server rendered its prompt with them, so a local render must too."""
+    sampling = samples["sampling"][i].as_py() if "sampling" in samples.column_names else None
+    return json.loads(sampling).get("chat_template_kwargs") or {} if sampling else {}
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,8 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
         if prompt_ids is None or completion_ids is None or not len(prompt_ids) or not len(completion_ids):
             # Texts are read per rendered row only: the common (server-token) path never builds them.
             prompt_ids, completion_ids = render(
-                messages[prompt_id], samples["reasoning"][i].as_py(), samples["content"][i].as_py())
+                messages[prompt_id], samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
+                template_kwargs(samples, i))
             origin = "rendered"
         if not len(completion_ids):
             out.skipped["empty_completion"] += 1
@@ -210,7 +220,8 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
     report = DriftReport()
     for i in random.Random(seed).sample(candidates, min(sample_size, len(candidates))):
         prompt_ids, completion_ids = render(
-            messages[ids[i]], samples["reasoning"][i].as_py(), samples["content"][i].as_py())
+            messages[ids[i]], samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
+            template_kwargs(samples, i))
         server_prompt, server_completion = prompts[i].tolist(), completions[i].tolist()
         report.checked += 1
         if list(prompt_ids) != server_prompt:

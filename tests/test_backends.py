@@ -77,6 +77,18 @@ def test_render_places_reasoning_where_the_template_expects_it(tiny_verifier):
     assert tokenizer.decode(completion) == "2 plus 3 is 5.\n</think>\n\nThe answer is 5.<|im_end|>"
 
 
+def test_render_with_thinking_off_matches_what_the_server_was_asked(tiny_verifier):
+    # A sample captured with chat_template_kwargs {enable_thinking: false} (an instant-mode sampling variant):
+    # the template closes an empty thinking block in the prompt, so the local render must be given the switch.
+    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(tiny_verifier)
+    stops = TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, tiny_verifier)
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    prompt, completion = TRANSFORMERS_BACKEND.render(tokenizer, messages, None, "The answer is 5.", stops,
+                                                     {"enable_thinking": False})
+    assert tokenizer.decode(prompt).endswith("<think>\n\n</think>\n\n")
+    assert tokenizer.decode(completion) == "The answer is 5.<|im_end|>"
+
+
 def test_buckets_respect_the_token_budget_and_cover_every_row():
     lengths = [5, 300, 40, 41, 1000, 7, 7, 299]
     batches = bucket_batches(lengths, batch_tokens=600)

@@ -91,8 +91,8 @@ def renderer(verifier: Verifier):
     tokenizer = backend.load_tokenizer(path)
     stops = backend.stop_token_ids(tokenizer, path)
 
-    def render(messages, reasoning, content):
-        return backend.render(tokenizer, messages, reasoning, content, stops)
+    def render(messages, reasoning, content, template_kwargs=None):
+        return backend.render(tokenizer, messages, reasoning, content, stops, template_kwargs)
 
     return render, tokenizer
 
