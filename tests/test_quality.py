@@ -263,3 +263,37 @@ def test_real_samples_cut_by_max_tokens_are_classified_and_dropped_by_policy(sto
     kept = dg.materialize(sequences, partition_key=PARTITION, resources=resources)
     kept_rows, kept_version = rows_and_version(kept)
     assert kept_rows == set(samples["prompt_id"].to_pylist()) and kept_version != dropped_version
+
+
+@pytest.mark.integration
+def test_real_samples_the_verifier_loops_on_or_answers_trivially_are_detected_and_the_policy_applies(
+        tmp_path, tiny_verifier, vllm_server_urls):
+    """Prompts found to push the tiny verifier into each failure (greedy): a run of ones makes it repeat
+    "1, " until max_tokens; a greeting gets its two-line "not an arithmetic problem" thinking, below a floor of
+    20 thinking tokens; an arithmetic question thinks for 60-90 tokens and is ok."""
+    from eagle_assets.generation.capture import capture
+    from eagle_assets.generation.engine import ClientSettings, PromptRequest
+
+    prompts_by_kind = {"loop": "1 " * 40, "trivial": "hello", "ok": "What is 609 plus 558?"}
+    requests = [PromptRequest(kind, [{"role": "user", "content": text.strip()}], "train")
+                for kind, text in prompts_by_kind.items()]
+    folder = tmp_path / "samples"
+    capture(vllm_server_urls, requests, folder, Sampling(temperature=0.0, top_p=1.0, max_tokens=400),
+            ClientSettings(concurrency=3), lambda _line: None)
+    rules = QualityRules(min_thinking_tokens=20, loop_ngram=16, loop_min_repeats=4, loop_max_share=0.3)
+    write_quality(folder, load_samples(folder), rules)
+    samples, _ = load_classified(folder)
+    by_kind = {row["prompt_id"]: row for row in samples.to_pylist()}
+    loop, trivial, ok = by_kind["loop"], by_kind["trivial"], by_kind["ok"]
+    assert loop["quality"] == "repetition_loop" and 0 < loop["loop_start"] < len(loop["token_ids"]), loop
+    assert trivial["quality"] == "trivial_reasoning" and trivial["thinking_tokens"] < 20, trivial
+    assert ok["quality"] == "ok" and ok["thinking_tokens"] >= 20, ok
+
+    policy = Policy(1000, "truncate", ("train",), {"repetition_loop": "cut", "trivial_reasoning": "drop"})
+    built = build_rows(samples, {}, {kind: "train" for kind in by_kind}, no_render, policy)
+    rows = {pid: tokens[length:].tolist()
+            for pid, tokens, length in zip(built.prompt_ids, built.tokens, built.prompt_lengths)}
+    assert set(rows) == {"loop", "ok"} and built.skipped["quality_trivial_reasoning"] == 1
+    # The loop is cut where it starts: what stays is the verifier's own tokens before it.
+    assert rows["loop"] == list(loop["token_ids"][: loop["loop_start"]]) and built.cut_at_loop == 1
+    assert rows["ok"] == list(ok["token_ids"])
