@@ -118,6 +118,12 @@ class CaptureEngine:
         self.model: str | None = None
         self.vllm_version: str = "unknown"
         self.think_markers: ThinkMarkers | None = None
+        self._tls = None  # one TLS context for every client: each new one loads the CA bundle (~50 ms)
+
+    def _verify(self):
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context()
+        return self._tls
 
     def _headers(self) -> dict:
         key = self.settings.api_key
@@ -126,7 +132,8 @@ class CaptureEngine:
     async def identify(self) -> tuple[str, str]:
         """Check every base URL answers ``/v1/models``; return (served model, vLLM version)."""
         models = []
-        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers()) as http:
+        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers(),
+                                     verify=self._verify()) as http:
             for url in self.base_urls:
                 try:
                     response = await http.get(f"{url}/models")
@@ -155,7 +162,8 @@ class CaptureEngine:
         kept for every row's thinking span; None when the server cannot tokenize or a marker is not
         one token (rows then take the reasoning parser's split)."""
         ids = []
-        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers()) as http:
+        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers(),
+                                     verify=self._verify()) as http:
             for marker in (THINK_OPEN, THINK_CLOSE):
                 try:
                     response = await http.post(
@@ -180,6 +188,7 @@ class CaptureEngine:
             transport=self._transport,
             limits=httpx.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8),
             event_hooks={"request": [count_attempt]},
+            verify=self._verify(),
         )
         return openai.AsyncOpenAI(
             base_url=base_url,
