@@ -2,7 +2,7 @@
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
 import time
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import numpy as np
@@ -18,7 +18,16 @@ from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
 from eagle_assets.generation.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
-from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples, with_classes, write_quality
+from eagle_assets.generation.store import (
+    content_hash,
+    done_prompt_ids,
+    done_turns,
+    load_samples,
+    with_classes,
+    write_quality,
+    write_turn_mode,
+)
+from eagle_assets.generation.turns import Conversation, pending_conversations, turn_count
 from eagle_assets.resources import StorageRoot, VLLMServer
 from eagle_assets.resources.vllm_server import VLLMServerError
 from eagle_assets.splits import SPLITS
@@ -52,6 +61,14 @@ class ReasoningSamplesConfig(dg.Config):
     shard_rows: int = Field(default=256, ge=1, description="Rows per Parquet shard (a kill loses at most one shard).")
     flush_interval_s: float = Field(default=30.0, gt=0, description="Write a shard at least this often (seconds).")
     progress_interval_s: float = Field(default=5.0, gt=0, description="Seconds between progress log lines.")
+    turns: Literal["last", "all"] = Field(
+        default="last",
+        description="Which assistant turns of a multi-turn conversation the verifier writes. last: only the "
+        "answer to the last user turn, with the dataset's earlier assistant turns in the context as they are. "
+        "all: every turn, in order, each asked with the verifier's own earlier answers in the context (their "
+        "thinking kept or dropped as its chat template does); one row per turn, and token_sequences supervises "
+        "each. Switching keeps both kinds of rows on disk; only the chosen kind is read downstream.",
+    )
     splits: list[str] = Field(
         default=list(SPLITS),
         description="Which prompt splits to generate for (as the prompts table says now): train and validation "
@@ -250,18 +267,25 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         name = context.partition_key
         prompts = _read_prompts(storage, name, config.splits)
         folder = storage.path("reasoning_samples", name)
-        done = done_prompt_ids(folder)
-        todo = [
-            PromptRequest(pid, messages, split)
-            for pid, messages, split in zip(
-                prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist()
+        write_turn_mode(folder, config.turns)  # from now on readers see this mode's rows only
+        rows = list(zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(),
+                        prompts["split"].to_pylist()))
+        todo: list[PromptRequest] | list[Conversation]
+        if config.turns == "all":
+            todo = pending_conversations(rows, done_turns(folder))
+            selected = sum(turn_count(messages) for _, messages, _ in rows)
+            to_ask = sum(c.turns_left for c in todo)
+            context.log.info(f"{name}: {len(rows)} conversations ({selected} turns) in splits {config.splits}, "
+                             f"{selected - to_ask} turns already captured, {to_ask} to capture in "
+                             f"{len(todo)} conversations")
+        else:
+            done = done_prompt_ids(folder)
+            todo = [PromptRequest(pid, messages, split) for pid, messages, split in rows if pid not in done]
+            selected = len(rows)
+            context.log.info(
+                f"{name}: {len(rows)} prompts in splits {config.splits}, "
+                f"{len(rows) - len(todo)} already captured, {len(todo)} to capture"
             )
-            if pid not in done
-        ]
-        context.log.info(
-            f"{name}: {prompts.num_rows} prompts in splits {config.splits}, "
-            f"{prompts.num_rows - len(todo)} already captured, {len(todo)} to capture"
-        )
         run: dict = {"captured_this_run": 0}
         if todo:
             sampling = Sampling(config.temperature, config.top_p, config.max_tokens, config.seed,
@@ -304,7 +328,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         rules = config.quality_rules()
         samples = with_classes(samples, write_quality(folder, samples, rules))
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
-        meta = {**_metadata(samples, prompts.num_rows, folder, run), **_quality_metadata(samples),
+        meta = {**_metadata(samples, selected, folder, run), "turns": config.turns, **_quality_metadata(samples),
                 "quality_rules": dg.MetadataValue.json(rules.as_dict()),
                 **asset_plan_metadata(storage.root, [name], "reasoning_samples")}
         context.log.info(f"{name}: quality " + ", ".join(
