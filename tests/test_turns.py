@@ -175,14 +175,14 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
     assert [(s["prompt_id"], s["turn"]) for s in samples] == [(pid, t) for pid in sorted(conversations) for t in (0, 1)]
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
     for first, second in zip(samples[::2], samples[1::2]):
-        assert first["status"] == second["status"] == "ok"
+        assert first["status"] == second["status"] == "ok" and first["content"].strip()
         assert first["finished_at"] <= second["finished_at"] - second["latency_s"]  # asked after turn 0 finished
         # Turn 1 was asked with the verifier's own turn-0 answer (its thinking dropped, as the template does).
         context = turn_context(conversations[first["prompt_id"]], 1, [Answer(first["content"], first["reasoning"])])
         expected = tokenizer.apply_chat_template(context, add_generation_prompt=True, tokenize=False)
         assert second["prompt_token_ids"] == tokenizer.encode(expected, add_special_tokens=False)
         prompt_text = tokenizer.decode(second["prompt_token_ids"])
-        assert (first["content"] or "").strip() in prompt_text
+        assert first["content"].strip() in prompt_text
         dataset_answer = conversations[first["prompt_id"]][1]["content"]
         assert dataset_answer not in prompt_text
 

@@ -125,6 +125,7 @@ def _percentiles(name: str, values: np.ndarray) -> dict:
 
 
 def _metadata(samples: pa.Table, selected: int, path, run: dict) -> dict:
+    """Counts over ``samples``; ``selected`` is what should have a row: prompts, or turns with ``turns: all``."""
     ok = samples.filter(pc.equal(samples["status"], "ok"))
     n_ok = ok.num_rows
     completion = ok["completion_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
@@ -259,8 +260,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """The verifier's own reasoning and answer for every prompt of the partition, with exact tokens.
 
         One request per prompt to the vLLM server (reasoning parser on), up to `max_tokens` new
-        tokens, `concurrency` in flight. Rows are appended to Parquet shards as they finish; a
-        re-materialization skips prompts that already have an ok sample and retries the errors.
+        tokens, `concurrency` in flight; with `turns: all`, one request per assistant turn, a
+        conversation's turns in order, each with the verifier's own earlier answers in the context.
+        Rows are appended to Parquet shards as they finish; a re-materialization skips prompts (turns)
+        that already have an ok sample and retries the errors.
         Every sample is then given a quality class by the current rules (`quality.parquet` beside
         the shards; `eagle_assets.generation.quality` says which class wins when several apply).
         """
