@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import dagster as dg
 import pyarrow.compute as pc
@@ -148,18 +149,21 @@ def multi_turn_prompts(storage_root, count: int) -> list[dict]:
 @pytest.mark.integration
 def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(storage_root, tiny_verifier,
                                                                             vllm_server_urls):
-    from eagle_assets.assets import reasoning_samples, token_sequences
+    from eagle_assets.assets import hidden_states, reasoning_samples, token_sequences
+    from eagle_assets.hidden_state_files import load_sample
     from eagle_assets.partitions import source_partitions
     from eagle_assets.resources import Verifier, VLLMServer
+    from eagle_assets.training.data_dir import _read_partition
 
     conversations = {p["prompt_id"]: p["messages"] for p in multi_turn_prompts(storage_root, 3)}
     parts = source_partitions()
-    built = token_sequences.build(parts)
+    built, features = token_sequences.build(parts), hidden_states.build(parts)
 
     def materialize():
         result = dg.materialize(
-            reasoning_samples.build(parts)["assets"] + built["assets"] + built["checks"], partition_key=PARTITION,
-            resources={"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier)),
+            reasoning_samples.build(parts)["assets"] + built["assets"] + built["checks"] + features["assets"]
+            + features["checks"], partition_key=PARTITION,
+            resources={"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu"),
                        "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)},
             run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 160}}}},
             raise_on_error=False,
@@ -195,6 +199,15 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
         assert row["loss_mask"] == [0] * prompt_len + [1] * len(sample["token_ids"])
     [drift] = [c for c in result.get_asset_check_evaluations() if c.check_name == "template_drift"]
     assert drift.metadata["drift_prompt_mismatch_rate"].value == 0.0  # the local turn contexts are the server's
+
+    # hidden_states and the training folder tell a conversation's turns apart: each row reads its own file.
+    [files_check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "files_match_rows"]
+    assert files_check.passed
+    joined, _ = _read_partition(Path(storage_root.root), PARTITION)
+    assert joined.num_rows == 6 and len(set(joined["content_id"].to_pylist())) == 6
+    for row in joined.to_pylist():
+        assert load_sample(storage_root.path("hidden_states", PARTITION) / row["file"])["token_ids"].tolist() == \
+            row["input_ids"]
 
     # Resume per turn: with only the turn-0 rows on disk, the next run asks the turn-1s alone.
     kept = [s for s in load_samples(folder).to_pylist() if s["turn"] == 0]
