@@ -246,7 +246,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         folder = storage.path("hidden_states", partition)
         index = read_rows(folder / INDEX_FILE, INDEX_SCHEMA.names).to_pylist()
         dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
-        rows = read_rows(storage.path("token_sequences", partition) / SEQUENCES_FILE, ["prompt_id", "turn", "input_ids"])
+        rows = read_rows(storage.path("token_sequences", partition) / SEQUENCES_FILE,
+                         ["prompt_id", "turn", "input_ids"])
         tokens = dict(zip(zip(rows["prompt_id"].to_pylist(), rows["turn"].to_pylist()), list_rows(rows["input_ids"])))
         problems, checked = [], min(CHECK_SAMPLE, len(index))
         for entry in random.Random(0).sample(index, checked):

@@ -92,7 +92,8 @@ def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
 
     ``columns`` limits what is read (``prompt_id`` and ``turn`` are always included).
     """
-    columns = None if columns is None else ["prompt_id", "turn", *(c for c in columns if c not in ("prompt_id", "turn"))]
+    keys = ("prompt_id", "turn")
+    columns = None if columns is None else [*keys, *(c for c in columns if c not in keys)]
     schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
     tables = [_read_shard(path, schema) for path in shard_paths(folder)]
     if not tables:

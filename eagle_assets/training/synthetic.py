@@ -109,7 +109,8 @@ def write_random_features(
              "loss_mask": loss_mask.tolist(), "seq_len": length, "origin": "rendered"}
         )
         index_rows.append(
-            {"prompt_id": prompt_id, "turn": LAST_TURN_ONLY, "content_id": cid, "file": rel, "seq_len": length, "sha256": sha}
+            {"prompt_id": prompt_id, "turn": LAST_TURN_ONLY, "content_id": cid, "file": rel, "seq_len": length,
+             "sha256": sha}
         )
     write_parquet(pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA), prompts_file(root, partition))
     write_parquet(pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA), seq_folder / SEQUENCES_FILE)
