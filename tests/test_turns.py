@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -221,3 +228,58 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
     again = load_samples(folder).to_pylist()
     assert [s for s in again if s["turn"] == 0] == kept and len(again) == 6
     assert sum(pq.read_metadata(p).num_rows for p in shard_paths(folder)) == 6  # nothing asked twice
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys, dagster as dg
+    from eagle_assets.assets import reasoning_samples
+    from eagle_assets.partitions import source_partitions
+    from eagle_assets.resources import StorageRoot, VLLMServer
+    root, url = sys.argv[1], sys.argv[2]
+    dg.materialize(
+        reasoning_samples.build(source_partitions())["assets"], partition_key="demo",
+        resources={"storage": StorageRoot(root=root), "vllm_server": VLLMServer(mode="external", base_urls=[url])},
+        run_config={"ops": {"reasoning_samples": {"config": {
+            "turns": "all", "max_tokens": 160, "concurrency": 1, "shard_rows": 1}}}},
+    )
+    """
+)
+
+
+@pytest.mark.integration
+def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_server_urls, tmp_path):
+    from eagle_assets.assets import reasoning_samples
+    from eagle_assets.partitions import source_partitions
+    from eagle_assets.resources import VLLMServer
+
+    wanted = Counter((p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8)
+                     for t in range(len(user_turns(p["messages"]))))
+    folder = storage_root.path("reasoning_samples", PARTITION)
+    script = tmp_path / "materialize.py"
+    script.write_text(KILL_SCRIPT)
+    child = subprocess.Popen([sys.executable, str(script), storage_root.root, vllm_server_urls[0]],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while len(load_samples(folder, columns=["status"])) < 3 and time.monotonic() < deadline:
+            assert child.poll() is None, "the materializing process ended before it could be killed"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    before = load_samples(folder)
+    assert 0 < before.num_rows < len(wanted), "the kill did not land mid-run"
+
+    result = dg.materialize(
+        reasoning_samples.build(source_partitions())["assets"], partition_key=PARTITION,
+        resources={"storage": storage_root, "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)},
+        run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 160}}}},
+    )
+    [mat] = result.asset_materializations_for_node("reasoning_samples")
+    assert mat.metadata["captured_this_run"].value == len(wanted) - before.num_rows
+    # Every shard row, not just the latest view: each turn of each conversation has exactly one ok row.
+    every_row = pa.concat_tables(pq.read_table(p, columns=["prompt_id", "turn", "status"]) for p in shard_paths(folder))
+    assert Counter((pid, turn) for pid, turn, status in zip(*(every_row[c].to_pylist() for c in every_row.column_names))
+                   if status == "ok") == wanted
