@@ -38,6 +38,7 @@ INDEX_FILE = "index.parquet"
 INDEX_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
+        ("turn", pa.int32()),  # with prompt_id, names the token_sequences row
         ("content_id", pa.string()),
         ("file", pa.string()),  # relative to the partition folder
         ("seq_len", pa.int32()),

@@ -212,7 +212,7 @@ def _distinct(values: Iterable) -> list:
 
 def _generation_facts(root: Path, partition: str, meta: dict) -> dict:
     """Server, model and sampling as recorded on the samples themselves (one value unless mixed)."""
-    from eagle_assets.generation.store import load_samples
+    from eagle_assets.generation.store import load_samples, turn_mode
 
     folder = root / "reasoning_samples" / partition
     facts: dict[str, Any] = {}
@@ -225,6 +225,7 @@ def _generation_facts(root: Path, partition: str, meta: dict) -> dict:
             "server_models": _distinct(samples["server_model"].to_pylist()),
             "vllm_versions": _distinct(samples["vllm_version"].to_pylist()),
             "sampling": [json.loads(s) for s in _distinct(samples["sampling"].to_pylist())],
+            "turns": turn_mode(folder),
         }
     model = (facts.get("server_models") or [meta.get("server_model")])[0]
     verifier = _verifier_files(model)
@@ -443,7 +444,8 @@ def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None 
         gen = lineage["generation"][p]
         lines.append(f"  -> reasoning_samples[{p}]: model {_one(gen.get('server_models'))}, vLLM "
                      f"{_one(gen.get('vllm_versions'))}, parser {gen.get('reasoning_parser')}, sampling "
-                     f"{json.dumps(_one(gen.get('sampling')))}, template {gen.get('chat_template_hash')}, "
+                     f"{json.dumps(_one(gen.get('sampling')))}, turns {gen.get('turns', 'last')}, "
+                     f"template {gen.get('chat_template_hash')}, "
                      f"{gen.get('ok', '?')}/{gen.get('samples', '?')} ok; {prov('reasoning_samples', p)}")
         tok = lineage["tokenization"][p]
         lines.append(f"  -> token_sequences[{p}]: tokenizer {tok.get('tokenizer_hash')}, template "

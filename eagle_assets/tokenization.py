@@ -4,6 +4,11 @@ A row is the prompt followed by the verifier's completion; the loss mask is 0 on
 the completion (thinking, answer and the stop token), since the draft must predict what the
 verifier *writes*. The server's exact token ids are used when the sample has them; otherwise the
 conversation is rendered through the verifier backend's chat template.
+
+With ``turns: all`` every regenerated turn is a sample of its own, so every turn becomes a row of its own
+(``turn`` = its index): the exact context the verifier was asked with (unsupervised) and its answer
+(supervised). One row per turn, not one per conversation, because a template that drops earlier turns'
+thinking (Qwen3's) makes turn ``k``'s context differ from the tokens turn ``k-1`` generated.
 """
 
 from __future__ import annotations
@@ -17,13 +22,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from eagle_assets.generation.turns import LAST_TURN_ONLY, Answer, turn_context
 from eagle_assets.storage import combined_hash, list_column_parts
 
 SEQUENCES_FILE = "sequences.parquet"  # the token_sequences asset's table, per partition folder
 SEQUENCES_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
+        ("turn", pa.int32()),  # the sample's turn (reasoning_samples' `turns`); LAST_TURN_ONLY for `last`
         ("input_ids", pa.list_(pa.int32())),
         ("loss_mask", pa.list_(pa.int8())),
         ("seq_len", pa.int32()),
@@ -67,6 +76,7 @@ class Built:
     """Rows as flat token arrays (one concatenation at the end instead of per-row Python lists)."""
 
     prompt_ids: list[str] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
     origins: list[str] = field(default_factory=list)
     tokens: list[np.ndarray] = field(default_factory=list)
     prompt_lengths: list[int] = field(default_factory=list)
@@ -74,8 +84,9 @@ class Built:
     cut_to_max_length: int = 0
     cut_at_loop: int = 0
 
-    def add(self, prompt_id: str, prompt, completion, origin: str) -> None:
+    def add(self, prompt_id: str, turn: int, prompt, completion, origin: str) -> None:
         self.prompt_ids.append(prompt_id)
+        self.turns.append(turn)
         self.origins.append(origin)
         self.tokens.append(np.concatenate([np.asarray(prompt, np.int32), np.asarray(completion, np.int32)]))
         self.prompt_lengths.append(len(prompt))
@@ -93,7 +104,7 @@ class Built:
             mask[start:start + prompt_len] = 0
         arrow_offsets = pa.array(offsets, pa.int32())
         return pa.table(
-            {"prompt_id": pa.array(self.prompt_ids, pa.string()),
+            {"prompt_id": pa.array(self.prompt_ids, pa.string()), "turn": pa.array(self.turns, pa.int32()),
              "input_ids": pa.ListArray.from_arrays(arrow_offsets, pa.array(values, pa.int32())),
              "loss_mask": pa.ListArray.from_arrays(arrow_offsets, pa.array(mask, pa.int8())),
              "seq_len": pa.array(lengths, pa.int32()), "origin": pa.array(self.origins, pa.string())},
@@ -101,8 +112,47 @@ class Built:
         )
 
 
+def read_rows(path, columns: list[str]) -> pa.Table:
+    """``columns`` of a sequences (or hidden-state index) file, with ``turn`` :data:`LAST_TURN_ONLY` in files
+    written before rows had turns."""
+    present = set(pq.read_schema(path).names)
+    table = pq.read_table(path, columns=[c for c in columns if c in present])
+    if "turn" in columns and "turn" not in present:
+        table = table.append_column("turn", pa.array([LAST_TURN_ONLY] * table.num_rows, pa.int32()))
+    return table.select(columns)
+
+
+def row_keys(table: pa.Table) -> pa.Array:
+    """``prompt_id/turn`` per row: what names one training row (with ``turns: all`` a conversation has one
+    row per turn, so the prompt id alone does not)."""
+    return pc.binary_join_element_wise(table["prompt_id"], pc.cast(table["turn"], pa.string()), "/")
+
+
 def _column(samples: pa.Table, name: str) -> list:
     return samples[name].to_pylist() if name in samples.column_names else [None] * samples.num_rows
+
+
+def _turns(samples: pa.Table) -> list[int]:
+    return [LAST_TURN_ONLY if t is None else t for t in _column(samples, "turn")]
+
+
+def sample_contexts(samples: pa.Table, messages: dict[str, list[dict]]) -> Callable[[int], "list[dict] | None"]:
+    """``context(i)``: the messages sample ``i`` was asked with, rebuilt from the prompts table and (for a
+    turn of ``turns: all``) the stored answers before it; None when the prompt or an earlier answer is gone."""
+    ids, turns = _column(samples, "prompt_id"), _turns(samples)
+    row_of = {(pid, turn): i for i, (pid, turn) in enumerate(zip(ids, turns))}
+
+    def context(i: int) -> list[dict] | None:
+        conversation, turn = messages.get(ids[i]), turns[i]
+        if conversation is None or turn == LAST_TURN_ONLY:
+            return conversation
+        earlier = [row_of.get((ids[i], k)) for k in range(turn)]
+        if None in earlier:
+            return None
+        answers = [Answer(samples["content"][j].as_py(), samples["reasoning"][j].as_py()) for j in earlier]
+        return turn_context(conversation, turn, answers)
+
+    return context
 
 
 def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[str, str], render: Renderer,
@@ -117,7 +167,8 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
     whatever split it was captured under.
     """
     out = Built()
-    ids, statuses = _column(samples, "prompt_id"), _column(samples, "status")
+    context = sample_contexts(samples, messages)
+    ids, turns, statuses = _column(samples, "prompt_id"), _turns(samples), _column(samples, "status")
     classes, loop_starts = _column(samples, "quality"), _column(samples, "loop_start")
     prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
     for i, prompt_id in enumerate(ids):
@@ -143,8 +194,12 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
             out.cut_at_loop += 1
         if prompt_ids is None or completion_ids is None or not len(prompt_ids) or not len(completion_ids):
             # Texts are read per rendered row only: the common (server-token) path never builds them.
+            asked_with = context(i)
+            if asked_with is None:
+                out.skipped["context_unknown"] += 1
+                continue
             prompt_ids, completion_ids = render(
-                messages[prompt_id], samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
+                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
                 template_kwargs(samples, i))
             origin = "rendered"
         if not len(completion_ids):
@@ -156,7 +211,7 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
                 continue
             completion_ids = completion_ids[: policy.max_length - len(prompt_ids)]
             out.cut_to_max_length += 1
-        out.add(prompt_id, prompt_ids, completion_ids, origin)
+        out.add(prompt_id, turns[i], prompt_ids, completion_ids, origin)
     return out
 
 
@@ -164,6 +219,9 @@ def content_hash(table: pa.Table) -> str:
     """Ids and the exact token and mask values: what hidden states and training read (splits are read
     from the current prompts table by each stage, not from here)."""
     parts: list[bytes | str] = ["\x1f".join(table["prompt_id"].to_pylist())]
+    turns = table["turn"] if "turn" in table.column_names else None
+    if turns is not None and pc.any(pc.not_equal(turns, LAST_TURN_ONLY)).as_py():
+        parts.append(repr(turns.to_pylist()))  # per-turn rows only: `last` rows keep their earlier hash
     for name in ("input_ids", "loss_mask"):
         parts += list_column_parts(table[name])
     return combined_hash(parts)[:16]
@@ -212,15 +270,16 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
     """
     ids, statuses = _column(samples, "prompt_id"), _column(samples, "status")
     prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
+    context = sample_contexts(samples, messages)
     candidates = [
-        i for i, prompt_id in enumerate(ids)
+        i for i in range(len(ids))
         if statuses[i] == "ok" and prompts[i] is not None and len(prompts[i]) and completions[i] is not None
-        and len(completions[i]) and prompt_id in messages
+        and len(completions[i]) and context(i) is not None
     ]
     report = DriftReport()
     for i in random.Random(seed).sample(candidates, min(sample_size, len(candidates))):
         prompt_ids, completion_ids = render(
-            messages[ids[i]], samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
+            context(i), samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
             template_kwargs(samples, i))
         server_prompt, server_completion = prompts[i].tolist(), completions[i].tolist()
         report.checked += 1

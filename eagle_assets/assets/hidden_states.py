@@ -34,7 +34,7 @@ from eagle_assets.parallel_extraction import extract_on_devices
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.splits import read_current_splits
 from eagle_assets.storage import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
-from eagle_assets.tokenization import SEQUENCES_FILE, list_rows
+from eagle_assets.tokenization import SEQUENCES_FILE, list_rows, read_rows
 
 # 2: index without a split column (splits come from the prompts table); 3: storage dtype (bf16 | fp8)
 CODE_VERSION = "hidden_states-3"
@@ -138,7 +138,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         source = storage.path("token_sequences", partition) / SEQUENCES_FILE
         if not source.exists():
             raise dg.Failure(description=f"{source} is missing: materialize token_sequences[{partition}] first")
-        rows = pq.read_table(source, columns=["prompt_id", "input_ids", "seq_len"])
+        rows = read_rows(source, ["prompt_id", "turn", "input_ids", "seq_len"])
         if config.splits:
             try:
                 current = read_current_splits(storage.root, partition)
@@ -192,7 +192,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         for cid in set(cids) - hashes.keys():  # finished by a killed run that never wrote its index
             hashes[cid] = file_sha256(folder / relative_path(cid))
         index = pa.table(
-            {"prompt_id": rows["prompt_id"], "content_id": cids,
+            {"prompt_id": rows["prompt_id"], "turn": rows["turn"], "content_id": cids,
              "file": [relative_path(c) for c in cids], "seq_len": rows["seq_len"],
              "sha256": [hashes[c] for c in cids]},
             schema=INDEX_SCHEMA,
@@ -244,10 +244,11 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     def files_match_rows(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
         partition = context.partition_key
         folder = storage.path("hidden_states", partition)
-        index = pq.read_table(folder / INDEX_FILE).to_pylist()
+        index = read_rows(folder / INDEX_FILE, INDEX_SCHEMA.names).to_pylist()
         dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
-        rows = pq.read_table(storage.path("token_sequences", partition) / SEQUENCES_FILE, columns=["prompt_id", "input_ids"])
-        tokens = dict(zip(rows["prompt_id"].to_pylist(), list_rows(rows["input_ids"])))
+        rows = read_rows(storage.path("token_sequences", partition) / SEQUENCES_FILE,
+                         ["prompt_id", "turn", "input_ids"])
+        tokens = dict(zip(zip(rows["prompt_id"].to_pylist(), rows["turn"].to_pylist()), list_rows(rows["input_ids"])))
         problems, checked = [], min(CHECK_SAMPLE, len(index))
         for entry in random.Random(0).sample(index, checked):
             path = folder / entry["file"]
@@ -255,7 +256,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) is missing")
             elif file_sha256(path) != entry["sha256"]:
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) changed since it was indexed")
-            elif (sample := load_sample(path))["token_ids"].tolist() != tokens.get(entry["prompt_id"], np.zeros(0)).tolist():
+            elif (sample := load_sample(path))["token_ids"].tolist() != tokens.get((entry["prompt_id"], entry["turn"]), np.zeros(0)).tolist():
                 problems.append(f"{entry['file']} holds other tokens than row {entry['prompt_id']} of token_sequences")
             elif (SCALES_KEY in sample) != (dtype == FP8):
                 problems.append(f"{entry['file']} is not stored as {dtype}, the dtype manifest.json records")

@@ -3,8 +3,8 @@
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
 import json
 import time
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, replace
+from typing import Any, Literal
 
 import dagster as dg
 import numpy as np
@@ -20,8 +20,17 @@ from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.generation.capture import capture
 from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
 from eagle_assets.generation.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
+from eagle_assets.generation.store import (
+    content_hash,
+    done_prompt_ids,
+    done_turns,
+    load_samples,
+    with_classes,
+    write_quality,
+    write_turn_mode,
+)
+from eagle_assets.generation.turns import Conversation, pending_conversations, turn_count
 from eagle_assets.generation.variants import SamplingVariant, assign_variant, validate_variants, write_variants
-from eagle_assets.generation.store import content_hash, done_prompt_ids, load_samples, with_classes, write_quality
 from eagle_assets.resources import StorageRoot, VLLMServer
 from eagle_assets.resources.vllm_server import VLLMServerError
 from eagle_assets.splits import SPLITS
@@ -72,6 +81,14 @@ class ReasoningSamplesConfig(dg.Config):
     shard_rows: int = Field(default=256, ge=1, description="Rows per Parquet shard (a kill loses at most one shard).")
     flush_interval_s: float = Field(default=30.0, gt=0, description="Write a shard at least this often (seconds).")
     progress_interval_s: float = Field(default=5.0, gt=0, description="Seconds between progress log lines.")
+    turns: Literal["last", "all"] = Field(
+        default="last",
+        description="Which assistant turns of a multi-turn conversation the verifier writes. last: only the "
+        "answer to the last user turn, with the dataset's earlier assistant turns in the context as they are. "
+        "all: every turn, in order, each asked with the verifier's own earlier answers in the context (their "
+        "thinking kept or dropped as its chat template does); one row per turn, and token_sequences supervises "
+        "each. Switching keeps both kinds of rows on disk; only the chosen kind is read downstream.",
+    )
     splits: list[str] = Field(
         default=list(SPLITS),
         description="Which prompt splits to generate for (as the prompts table says now): train and validation "
@@ -144,6 +161,7 @@ def _percentiles(name: str, values: np.ndarray) -> dict:
 
 
 def _metadata(samples: pa.Table, selected: int, path, run: dict) -> dict:
+    """Counts over ``samples``; ``selected`` is what should have a row: prompts, or turns with ``turns: all``."""
     ok = samples.filter(pc.equal(samples["status"], "ok"))
     n_ok = ok.num_rows
     completion = ok["completion_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
@@ -278,30 +296,41 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """The verifier's own reasoning and answer for every prompt of the partition, with exact tokens.
 
         One request per prompt to the vLLM server (reasoning parser on), up to `max_tokens` new
-        tokens, `concurrency` in flight. Rows are appended to Parquet shards as they finish; a
-        re-materialization skips prompts that already have an ok sample and retries the errors.
+        tokens, `concurrency` in flight; with `turns: all`, one request per assistant turn, a
+        conversation's turns in order, each with the verifier's own earlier answers in the context.
+        Rows are appended to Parquet shards as they finish; a re-materialization skips prompts (turns)
+        that already have an ok sample and retries the errors.
         Every sample is then given a quality class by the current rules (`quality.parquet` beside
         the shards; `eagle_assets.generation.quality` says which class wins when several apply).
         """
         name = context.partition_key
         prompts = _read_prompts(storage, name, config.splits)
         folder = storage.path("reasoning_samples", name)
-        done = done_prompt_ids(folder)
         sampling = Sampling(config.temperature, config.top_p, config.max_tokens, config.seed,
                             dict(config.chat_template_kwargs))
         variants = config.variants()
-        todo = [
-            PromptRequest(pid, messages, split, _variant_sampling(pid, variants, sampling))
-            for pid, messages, split in zip(
-                prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist()
-            )
-            if pid not in done
-        ]
         write_variants(folder, variants)
-        context.log.info(
-            f"{name}: {prompts.num_rows} prompts in splits {config.splits}, "
-            f"{prompts.num_rows - len(todo)} already captured, {len(todo)} to capture"
-        )
+        write_turn_mode(folder, config.turns)  # from now on readers see this mode's rows only
+        rows = list(zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(),
+                        prompts["split"].to_pylist()))
+        todo: list[PromptRequest] | list[Conversation]
+        if config.turns == "all":
+            todo = [replace(c, sampling=_variant_sampling(c.prompt_id, variants, sampling))
+                    for c in pending_conversations(rows, done_turns(folder))]
+            selected = sum(turn_count(messages) for _, messages, _ in rows)
+            to_ask = sum(c.turns_left for c in todo)
+            context.log.info(f"{name}: {len(rows)} conversations ({selected} turns) in splits {config.splits}, "
+                             f"{selected - to_ask} turns already captured, {to_ask} to capture in "
+                             f"{len(todo)} conversations")
+        else:
+            done = done_prompt_ids(folder)
+            todo = [PromptRequest(pid, messages, split, _variant_sampling(pid, variants, sampling))
+                    for pid, messages, split in rows if pid not in done]
+            selected = len(rows)
+            context.log.info(
+                f"{name}: {len(rows)} prompts in splits {config.splits}, "
+                f"{len(rows) - len(todo)} already captured, {len(todo)} to capture"
+            )
         run: dict = {"captured_this_run": 0}
         if todo:
             settings = ClientSettings(
@@ -342,7 +371,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         rules = config.quality_rules()
         samples = with_classes(samples, write_quality(folder, samples, rules))
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
-        meta = {**_metadata(samples, prompts.num_rows, folder, run), **_quality_metadata(samples),
+        meta = {**_metadata(samples, selected, folder, run), "turns": config.turns, **_quality_metadata(samples),
                 "quality_rules": dg.MetadataValue.json(rules.as_dict()),
                 **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
                 **_variant_metadata(samples, variants)}

@@ -12,6 +12,7 @@ from eagle_assets.generation.sdk_http import httpx
 from eagle_assets.generation.engine import CaptureEngine, ClientSettings, PromptRequest, Sampling
 from eagle_assets.generation.progress import Progress, report_every
 from eagle_assets.generation.store import ShardWriter
+from eagle_assets.generation.turns import Conversation
 
 
 @dataclass
@@ -25,7 +26,7 @@ class CaptureReport:
 
 def capture(
     base_urls: Sequence[str],
-    requests: Sequence[PromptRequest],
+    requests: Sequence[PromptRequest | Conversation],
     folder: Path,
     sampling: Sampling,
     settings: ClientSettings,
@@ -36,13 +37,14 @@ def capture(
     label: str = "reasoning_samples",
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> CaptureReport:
-    """Send ``requests`` and append one row per prompt to ``folder``'s shards.
+    """Send ``requests`` and append one row per prompt (per turn of a conversation) to ``folder``'s shards.
 
     Rows already finished stay on disk whatever happens (the writer is closed, i.e. flushed, on the
     way out of an exception too); a kill loses at most the rows buffered since the last shard.
     """
     engine = CaptureEngine(base_urls, sampling, settings, transport=transport)
-    progress = Progress(total=len(requests), label=label)
+    asks = sum(r.turns_left if isinstance(r, Conversation) else 1 for r in requests)
+    progress = Progress(total=asks, label=label)
     with ShardWriter(folder, rows_per_shard=rows_per_shard, max_age_s=flush_interval_s) as writer:
 
         async def main() -> None:
@@ -50,7 +52,8 @@ def capture(
             markers = await engine.resolve_think_markers()
             thinking = (f"thinking markers {markers.start}/{markers.end}" if markers else
                         "thinking markers unknown (the reasoning parser's split is used)")
-            log(f"{label}: {len(requests)} prompts to capture from {model} (vLLM {version}) at "
+            turns = f" ({asks} turns)" if asks != len(requests) else ""
+            log(f"{label}: {len(requests)} prompts{turns} to capture from {model} (vLLM {version}) at "
                 f"{list(engine.base_urls)}, {settings.concurrency} in flight; {thinking}")
             progress.started = time.monotonic()
             ticker = asyncio.create_task(report_every(progress_interval_s, progress, log, writer.flush_if_stale))

@@ -22,6 +22,7 @@ from eagle_assets.generation.sdk_http import httpx
 from eagle_assets.generation.parsing import THINK_CLOSE, THINK_OPEN, MalformedResponse, parse_completion
 from eagle_assets.generation.quality import ThinkMarkers
 from eagle_assets.generation.progress import Progress
+from eagle_assets.generation.turns import LAST_TURN_ONLY, Answer, Conversation, turn_context
 
 ERROR_TEXT_LIMIT = 2000
 # Connections per HTTP client. httpcore's pool scans every connection of a client for every request it
@@ -40,6 +41,7 @@ class PromptRequest:
     messages: list[dict]
     split: str | None = None
     sampling: Sampling | None = None  # this prompt's own (its sampling variant); None: the engine's
+    turn: int = LAST_TURN_ONLY  # which assistant turn of the conversation this asks for (see .turns)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,12 @@ class Sampling:
             settings["variant"] = self.variant
         return json.dumps(settings, sort_keys=True)
 
-    def request_seed(self, prompt_id: str) -> int | None:
-        """A per-prompt seed, so a sample does not depend on which other prompts shared the run."""
+    def request_seed(self, prompt_id: str, turn: int = LAST_TURN_ONLY) -> int | None:
+        """A per-prompt (per-turn) seed, so a sample does not depend on which other prompts shared the run."""
         if self.seed is None:
             return None
-        digest = hashlib.sha256(f"{self.seed}:{prompt_id}".encode()).digest()
+        key = prompt_id if turn == LAST_TURN_ONLY else f"{prompt_id}:{turn}"
+        digest = hashlib.sha256(f"{self.seed}:{key}".encode()).digest()
         return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
@@ -198,8 +201,14 @@ class CaptureEngine:
             http_client=http_client,
         )
 
-    async def run(self, requests: Iterable[PromptRequest], sink: Callable[[dict], None], progress: Progress) -> None:
-        """Capture every request; ``sink`` gets one row per prompt (ok or error) as it finishes."""
+    async def run(self, requests: Iterable[PromptRequest | Conversation], sink: Callable[[dict], None],
+                  progress: Progress) -> None:
+        """Capture every request; ``sink`` gets one row per prompt or turn (ok or error) as it finishes.
+
+        A :class:`~eagle_assets.generation.turns.Conversation` holds one worker for its turns, asked
+        in order, each with the answers before it; it stops at a turn that fails (the next
+        materialization resumes there). Different conversations run concurrently.
+        """
         if self.model is None:
             await self.identify()
         clients_per_url = -(-self.settings.concurrency // (len(self.base_urls) * CONNECTIONS_PER_CLIENT))
@@ -209,26 +218,43 @@ class CaptureEngine:
         pending = iter(requests)
         consecutive_failures = 0
 
-        async def worker() -> None:
+        async def ask(request: PromptRequest) -> dict:
             nonlocal consecutive_failures
-            for request in pending:  # one shared iterator: each prompt goes to exactly one worker
-                endpoint = min(endpoints, key=lambda e: e.in_flight)
-                endpoint.in_flight += 1
-                progress.in_flight += 1
-                try:
-                    row, reached_server = await self._capture(endpoint, request)
-                finally:
-                    endpoint.in_flight -= 1
-                    progress.in_flight -= 1
-                sink(row)
-                progress.record(row)
-                consecutive_failures = 0 if reached_server else consecutive_failures + 1
-                if consecutive_failures >= self.settings.max_consecutive_failures:
-                    raise ServerUnavailable(
-                        f"{consecutive_failures} requests in a row failed without a server answer "
-                        f"(last: {row['error']}); stopping early. Finished samples are kept; "
-                        "re-materialize once the server is back to continue."
-                    )
+            endpoint = min(endpoints, key=lambda e: e.in_flight)
+            endpoint.in_flight += 1
+            progress.in_flight += 1
+            try:
+                row, reached_server = await self._capture(endpoint, request)
+            finally:
+                endpoint.in_flight -= 1
+                progress.in_flight -= 1
+            sink(row)
+            progress.record(row)
+            consecutive_failures = 0 if reached_server else consecutive_failures + 1
+            if consecutive_failures >= self.settings.max_consecutive_failures:
+                raise ServerUnavailable(
+                    f"{consecutive_failures} requests in a row failed without a server answer "
+                    f"(last: {row['error']}); stopping early. Finished samples are kept; "
+                    "re-materialize once the server is back to continue."
+                )
+            return row
+
+        async def converse(conversation: Conversation) -> None:
+            answers = list(conversation.answers)
+            for turn in range(conversation.next_turn, conversation.next_turn + conversation.turns_left):
+                context = turn_context(conversation.messages, turn, answers)
+                row = await ask(PromptRequest(conversation.prompt_id, context, conversation.split,
+                                              conversation.sampling, turn))
+                if row["status"] != "ok":
+                    return  # the later turns need this answer in their context
+                answers.append(Answer(row["content"], row["reasoning"]))
+
+        async def worker() -> None:
+            for item in pending:  # one shared iterator: each prompt goes to exactly one worker
+                if isinstance(item, Conversation):
+                    await converse(item)
+                else:
+                    await ask(item)
 
         workers = [asyncio.create_task(worker()) for _ in range(self.settings.concurrency)]
         try:
@@ -251,6 +277,7 @@ class CaptureEngine:
         started = time.monotonic()
         row = {
             "prompt_id": request.prompt_id,
+            "turn": request.turn,
             "split": request.split,
             "sampling": self._sampling_json if request.sampling is None else sampling.as_json(),
             "server_model": self.model,
@@ -261,7 +288,7 @@ class CaptureEngine:
         try:
             body = {"model": self.model, "messages": request.messages, "temperature": sampling.temperature,
                     "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, **extra_body}
-            seed = sampling.request_seed(request.prompt_id)
+            seed = sampling.request_seed(request.prompt_id, request.turn)
             if seed is not None:
                 body["seed"] = seed
             # The client's own POST (its timeouts, retries and status errors) with the body as built here:

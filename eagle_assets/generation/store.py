@@ -2,9 +2,12 @@
 
 A folder holds ``shard-<time_ns>-<pid>-<n>.parquet`` files, each written atomically (temporary file,
 fsync, rename), so a kill leaves whole shards only. Rows are never rewritten: a prompt retried after
-an error simply gets a newer row, and :func:`load_samples` keeps the latest row per ``prompt_id``
-(shard names sort by creation time). The done-set of a resumed run is the prompts whose latest row
-is ``ok``; errors are retried.
+an error simply gets a newer row, and :func:`load_samples` keeps the latest row per ``prompt_id`` and
+``turn`` (shard names sort by creation time). The done-set of a resumed run is the prompts (or, with
+``turns: all``, the turns) whose latest row is ``ok``; errors are retried.
+
+``turns.json`` names the turn mode of the folder's latest materialization (:mod:`.turns`); readers see
+only that mode's rows, so switching ``turns`` never mixes ``last`` rows with ``all`` rows downstream.
 
 Beside the shards, ``quality.parquet`` holds each latest row's quality class (keyed by ``prompt_id`` and
 ``finished_at``, so a newer row of the same prompt is never given an older row's class) and, in its
@@ -28,16 +31,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.generation.quality import QUALITY_SCHEMA, QualityRules, classify_samples
-from eagle_assets.storage import combined_hash, list_column_parts, remove_stale_temporaries, write_parquet
+from eagle_assets.generation.quality import QualityRules, classify_samples
+from eagle_assets.generation.turns import LAST_TURN_ONLY, TURN_MODES, Answer
+from eagle_assets.storage import combined_hash, list_column_parts, remove_stale_temporaries, write_json, write_parquet
 
 SHARD_GLOB = "shard-*.parquet"
 QUALITY_FILE = "quality.parquet"
+TURNS_FILE = "turns.json"
 _RULES_KEY = b"quality_rules"
 
 SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
+        ("turn", pa.int32()),  # which assistant turn this answers; LAST_TURN_ONLY for `turns: last` rows
         ("split", pa.string()),
         ("status", pa.string()),  # "ok" | "error"
         ("error", pa.string()),
@@ -66,26 +72,45 @@ def shard_paths(folder: Path) -> list[Path]:
     return sorted(Path(folder).glob(SHARD_GLOB))
 
 
-def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
-    """The latest row per ``prompt_id`` over all shards of ``folder``, sorted by ``prompt_id``.
+def write_turn_mode(folder: Path, turns: str) -> None:
+    """Record which rows of ``folder`` readers see from now on (``turns`` of the materialization)."""
+    if turns not in TURN_MODES:
+        raise ValueError(f"turns {turns!r}: use one of {TURN_MODES}")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_json({"turns": turns}, Path(folder) / TURNS_FILE)
 
-    ``columns`` limits what is read (``prompt_id`` is always included).
+
+def turn_mode(folder: Path) -> str:
+    """The turn mode of ``folder``'s latest materialization; ``last`` for folders from before turns."""
+    path = Path(folder) / TURNS_FILE
+    return json.loads(path.read_text())["turns"] if path.exists() else "last"
+
+
+def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
+    """The latest row per ``(prompt_id, turn)`` of the folder's turn mode over all shards of ``folder``,
+    sorted by ``prompt_id`` then ``turn``.
+
+    ``columns`` limits what is read (``prompt_id`` and ``turn`` are always included).
     """
-    if columns is not None and "prompt_id" not in columns:
-        columns = ["prompt_id", *columns]
+    keys = ("prompt_id", "turn")
+    columns = None if columns is None else [*keys, *(c for c in columns if c not in keys)]
     schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
     tables = [_read_shard(path, schema) for path in shard_paths(folder)]
     if not tables:
         return schema.empty_table()
     rows = pa.concat_tables(tables, promote_options="default")
+    # A row without a turn is from before turns existed: a `turns: last` row.
+    rows = rows.set_column(rows.schema.get_field_index("turn"), "turn", pc.fill_null(rows["turn"], LAST_TURN_ONLY))
+    last_only = pc.equal(rows["turn"], LAST_TURN_ONLY)
+    rows = rows.filter(last_only if turn_mode(folder) == "last" else pc.invert(last_only))
     order = pa.array(range(rows.num_rows), pa.int64())
     latest = (
-        pa.table({"prompt_id": rows["prompt_id"], "_order": order})
-        .group_by("prompt_id", use_threads=False)
+        pa.table({"prompt_id": rows["prompt_id"], "turn": rows["turn"], "_order": order})
+        .group_by(["prompt_id", "turn"], use_threads=False)
         .aggregate([("_order", "max")])
     )
     picked = rows.take(latest["_order_max"])
-    return picked.take(pc.sort_indices(picked, [("prompt_id", "ascending")]))
+    return picked.take(pc.sort_indices(picked, [("prompt_id", "ascending"), ("turn", "ascending")]))
 
 
 def _read_shard(path: Path, schema: pa.Schema) -> pa.Table:
@@ -119,15 +144,19 @@ def load_classified(folder: Path) -> tuple[pa.Table, QualityRules]:
     samples = load_samples(folder)
     stored, rules = _stored_quality(folder)
     if stored is None:
-        classes = classify_samples(samples, rules)
-    else:
-        keys = ["prompt_id", "finished_at"]
-        joined = samples.select(keys).join(stored, keys, join_type="left outer", use_threads=False)
-        missing = pc.is_null(joined["quality"])
-        by_id = pc.is_in(samples["prompt_id"], joined.filter(missing)["prompt_id"])
-        known = joined.filter(pc.invert(missing)).select(QUALITY_SCHEMA.names).cast(QUALITY_SCHEMA)
-        classes = pa.concat_tables([known, classify_samples(samples.filter(by_id), rules)])
-    classes = classes.take(pc.sort_indices(classes, [("prompt_id", "ascending")]))  # samples' order
+        return with_classes(samples, classify_samples(samples, rules)), rules
+    # (prompt_id, finished_at) names one row: the turns of a conversation finish one after another.
+    keys = ["prompt_id", "finished_at"]
+    rows = samples.select(keys).append_column("_row", pa.array(range(samples.num_rows), pa.int64()))
+    joined = rows.join(stored, keys, join_type="left outer", use_threads=False)
+    joined = joined.take(pc.sort_indices(joined, [("_row", "ascending")]))  # samples' order
+    missing = pc.is_null(joined["quality"])
+    quality, loop_start = joined["quality"].to_pylist(), joined["loop_start"].to_pylist()
+    fresh = classify_samples(samples.filter(missing), rules)
+    positions = pc.indices_nonzero(missing).to_pylist()
+    for position, cls, start in zip(positions, fresh["quality"].to_pylist(), fresh["loop_start"].to_pylist()):
+        quality[position], loop_start[position] = cls, start
+    classes = pa.table({"quality": pa.array(quality, pa.string()), "loop_start": pa.array(loop_start, pa.int32())})
     return with_classes(samples, classes), rules
 
 
@@ -137,17 +166,27 @@ def with_classes(samples: pa.Table, classes: pa.Table) -> pa.Table:
 
 
 def done_prompt_ids(folder: Path) -> set[str]:
-    """Prompts whose latest row is ``ok``: a resumed run skips them; errors are retried."""
+    """Prompts whose latest row is ``ok`` (``turns: last``): a resumed run skips them; errors are retried."""
     latest = load_samples(folder, columns=["status"])
     ok = latest.filter(pc.equal(latest["status"], "ok"))
     return set(ok["prompt_id"].to_pylist())
+
+
+def done_turns(folder: Path) -> dict[tuple[str, int], Answer]:
+    """``(prompt_id, turn)`` -> the stored answer, for turns whose latest row is ``ok`` (``turns: all``)."""
+    latest = load_samples(folder, columns=["status", "content", "reasoning"])
+    ok = latest.filter(pc.equal(latest["status"], "ok"))
+    return {(pid, turn): Answer(content, reasoning) for pid, turn, content, reasoning in zip(
+        ok["prompt_id"].to_pylist(), ok["turn"].to_pylist(), ok["content"].to_pylist(), ok["reasoning"].to_pylist())}
 
 
 def content_hash(samples: pa.Table) -> str:
     """A hash of what downstream assets read: ids, status, texts, the exact token ids and (where
     ``samples`` carries them) the quality classes."""
     parts: list[bytes | str] = []
-    names = ("prompt_id", "status", "finish_reason", "reasoning", "content", "quality", "loop_start")
+    names = ["prompt_id", "status", "finish_reason", "reasoning", "content", "quality", "loop_start"]
+    if "turn" in samples.column_names and pc.any(pc.not_equal(samples["turn"], LAST_TURN_ONLY)).as_py():
+        names.append("turn")  # per-turn rows only: `turns: last` data keeps the version it had before turns
     for name in (n for n in names if n in samples.column_names):
         parts.append("\x1f".join(repr(v) for v in samples[name].to_pylist()))
     for name in ("prompt_token_ids", "token_ids"):

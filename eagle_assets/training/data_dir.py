@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from eagle_assets.hidden_state_files import INDEX_FILE
 from eagle_assets.splits import TRAIN, VALIDATION, read_current_splits
 from eagle_assets.storage import combined_hash, write_parquet
-from eagle_assets.tokenization import SEQUENCES_FILE
+from eagle_assets.tokenization import SEQUENCES_FILE, read_rows, row_keys
 
 COMPLETE_MARKER = ".complete"
 # safetensors' dtype names -> the manifest's storage dtypes (hidden_state_files.FEATURE_DTYPES).
@@ -119,14 +119,14 @@ def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, Featu
         current = read_current_splits(storage_root, partition)
     except FileNotFoundError as err:
         raise TrainingDataError(str(err)) from None
-    seqs = pq.read_table(seq_path, columns=["prompt_id", "input_ids", "loss_mask", "seq_len"])
+    seqs = read_rows(seq_path, ["prompt_id", "turn", "input_ids", "loss_mask", "seq_len"])
     labels = [current.get(pid, (None, None)) for pid in seqs["prompt_id"].to_pylist()]
     seqs = seqs.append_column("split", pa.array([split for split, _ in labels], pa.string()))
     seqs = seqs.append_column("group_id", pa.array([group for _, group in labels], pa.string()))
     seqs = seqs.filter(pc.is_in(seqs["split"], pa.array([TRAIN, VALIDATION])))
-    index = pq.read_table(index_path, columns=["prompt_id", "content_id", "file", "seq_len"])
-    # A left join by prompt id (Arrow's join cannot carry list columns): null where no hidden states.
-    matched = index.take(pc.index_in(seqs["prompt_id"], value_set=index["prompt_id"]))
+    index = read_rows(index_path, ["prompt_id", "turn", "content_id", "file", "seq_len"])
+    # A left join by row key (Arrow's join cannot carry list columns): null where no hidden states.
+    matched = index.take(pc.index_in(row_keys(seqs), value_set=row_keys(index)))
     joined = seqs
     for name, column in (("content_id", "content_id"), ("file", "file"), ("hs_seq_len", "seq_len")):
         joined = joined.append_column(name, matched[column])

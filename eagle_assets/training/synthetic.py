@@ -24,6 +24,7 @@ from eagle_assets.backends import verifier_identity
 from eagle_assets.hidden_state_files import INDEX_FILE, INDEX_SCHEMA, content_id, encode_sample, write_sample
 from eagle_assets.splits import TRAIN, group_id, prompts_file, split_for
 from eagle_assets.storage import atomic_path, write_json, write_parquet
+from eagle_assets.generation.turns import LAST_TURN_ONLY
 from eagle_assets.tokenization import SEQUENCES_FILE, SEQUENCES_SCHEMA
 
 
@@ -104,11 +105,12 @@ def write_random_features(
                                 feature_dtype)
         rel, sha, _ = write_sample(hs_folder, cid, tensors)
         seq_rows.append(
-            {"prompt_id": prompt_id, "input_ids": input_ids.astype(np.int32).tolist(),
+            {"prompt_id": prompt_id, "turn": LAST_TURN_ONLY, "input_ids": input_ids.astype(np.int32).tolist(),
              "loss_mask": loss_mask.tolist(), "seq_len": length, "origin": "rendered"}
         )
         index_rows.append(
-            {"prompt_id": prompt_id, "content_id": cid, "file": rel, "seq_len": length, "sha256": sha}
+            {"prompt_id": prompt_id, "turn": LAST_TURN_ONLY, "content_id": cid, "file": rel, "seq_len": length,
+             "sha256": sha}
         )
     write_parquet(pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA), prompts_file(root, partition))
     write_parquet(pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA), seq_folder / SEQUENCES_FILE)
