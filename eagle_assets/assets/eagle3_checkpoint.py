@@ -51,7 +51,7 @@ RECIPE_KEY = "recipe"
 
 
 class Eagle3TrainingConfig(dg.Config, TrainingSettings):
-    """Launchpad settings of ``eagle3_checkpoint``: which partitions to train on, and the draft recipe."""
+    """Launchpad settings of `eagle3_checkpoint`: which partitions to train on, and the draft recipe."""
 
     partitions: list[str] = Field(
         default_factory=list,

@@ -44,7 +44,7 @@ OUTPUTS_SCHEMA = pa.schema([("eval_set", pa.string()), ("prompt_id", pa.string()
 
 
 class Eagle3EvalConfig(dg.Config):
-    """Launchpad settings of ``eagle3_eval``."""
+    """Launchpad settings of `eagle3_eval`."""
 
     checkpoint: str = Field(
         default="",
