@@ -54,8 +54,8 @@ def learned_check_result(metadata: dict) -> dg.AssetCheckResult:
         failed=f"the draft's first-proposal validation accuracy ({ACCURACY_KEY}, best epoch) is {accuracy:.3f}: "
                + " and ".join(reasons),
         fix=f"training did not learn enough: {NEW_RUN} with more epochs, another lr, or more training data "
-            "(more prompts or dataset partitions); if the floor is too strict for this data, lower min_val_accuracy "
-            "in the launchpad config",
+            "(more prompts or dataset partitions); if the floor is too strict for this data, re-materialize the run "
+            "with a lower min_val_accuracy (a check floor, not part of the recipe)",
     )
 
 
@@ -87,5 +87,5 @@ def acceptance_check_result(run: str, metadata: dict | None) -> dg.AssetCheckRes
                "accepted/drafts, measured by vLLM)",
         fix=f"train a better draft ({NEW_RUN} with more epochs or more training data) and evaluate it; the "
             "per-position acceptance (acceptance_pos_k) shows where proposals stop being accepted; if the floor "
-            "is too strict for this verifier, lower min_acceptance_length in eagle3_eval's launchpad config",
+            "is too strict for this verifier, re-materialize eagle3_eval with a lower min_acceptance_length",
     )
