@@ -245,15 +245,21 @@ class TransformersBackend(VerifierBackend):
     data_parallel: bool = True
 
     def load_model(self, model_path: str | Path, device: str = "auto", dtype: str = "auto"):
-        """The decoder without its LM head (extraction needs no logits)."""
-        from transformers import AutoModel
+        """The decoder without its LM head (extraction needs no logits), on ``device``.
+
+        Loaded as the causal LM the checkpoint was saved as, then only its decoder is kept: a headless
+        class (AutoModel) does not expect the checkpoint's `lm_head.weight` and transformers prints a LOAD
+        REPORT calling it UNEXPECTED on every load. The head is read into host memory and dropped before
+        the decoder moves to ``device``.
+        """
+        from transformers import AutoModelForCausalLM
 
         device = resolve_device(device)
-        model = AutoModel.from_pretrained(
+        causal_lm = AutoModelForCausalLM.from_pretrained(
             str(model_path), dtype=resolve_dtype(dtype, device), trust_remote_code=self.trust_remote_code,
             attn_implementation="sdpa",
         )
-        return model.to(device).eval()
+        return causal_lm.get_decoder().to(device).eval()
 
     def extract(self, model_path, request: ExtractionRequest, sink: Sink, progress=None) -> None:
         model = self.load_model(model_path, request.device, request.dtype)

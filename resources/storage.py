@@ -16,7 +16,7 @@ def default_root() -> str:
 
 
 class StorageRoot(dg.ConfigurableResource):
-    """The folder under which every asset keeps its files: ``<root>/<asset>/<partition>/...``."""
+    """The folder under which every asset keeps its files: `<root>/<asset>/<partition>/...`."""
 
     root: str = Field(
         default_factory=default_root,

@@ -14,7 +14,7 @@ from eagle_assets.backends import VerifierBackend
 class Verifier(dg.ConfigurableResource):
     """The verifier model and the backend that reads it (tokenizer, template, hidden states).
 
-    ``token_sequences`` renders with its chat template, ``hidden_states`` extracts its layers, and
+    `token_sequences` renders with its chat template, `hidden_states` extracts its layers, and
     training and evaluation find the verifier folder here.
     """
 

@@ -75,7 +75,7 @@ def server_state_dir(configured: str | Path | None) -> Path:
 
 
 class VLLMServer(dg.ConfigurableResource):
-    """An OpenAI-compatible vLLM server: ``with server.serve(log=context.log) as base_urls: ...``."""
+    """An OpenAI-compatible vLLM server: `with server.serve(log=context.log) as base_urls: ...`."""
 
     mode: Literal["managed", "systemd", "external"] = Field(
         default="managed",

@@ -1,7 +1,8 @@
 """The real Dagster UI (`dagster dev -w workspace.yaml`, as `make ui` starts it), once per test run.
 
 conftest.py registers the ``dagster_ui`` fixture, so test_ui.py (GraphQL) and test_ui_browser.py
-(Chromium) share one webserver, daemon and code server instead of starting two.
+(Chromium) share one webserver, daemon and code server instead of starting two; ``serve_ui`` starts one
+over an instance a test has filled itself.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -45,16 +48,14 @@ def graphql(url: str, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
-@pytest.fixture(scope="session")
-def dagster_ui(tmp_path_factory):
-    """``dagster dev`` on 127.0.0.1 with a throwaway DAGSTER_HOME and storage root; yields its base URL."""
-    home = tmp_path_factory.mktemp("dagster_home")
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "EAGLE_ASSETS_DATA": str(tmp_path_factory.mktemp("data")),
-    }
+@contextmanager
+def serve_ui(home: Path, data_root: Path) -> Iterator[str]:
+    """``dagster dev`` on 127.0.0.1 over the instance in ``home`` (DAGSTER_HOME) and the storage root
+    ``data_root``; yields its base URL once it serves the asset graph, and stops it after."""
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "EAGLE_ASSETS_DATA": str(data_root)}
     port = free_port()
     log = open(home / "dagster_dev.log", "w")
     proc = subprocess.Popen(
@@ -81,3 +82,10 @@ def dagster_ui(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def dagster_ui(tmp_path_factory):
+    """The session's ``dagster dev`` with a throwaway DAGSTER_HOME and storage root; yields its base URL."""
+    with serve_ui(tmp_path_factory.mktemp("dagster_home"), tmp_path_factory.mktemp("data")) as url:
+        yield url

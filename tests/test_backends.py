@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -229,3 +230,18 @@ def test_fp8_storage_selects_hs_connectors_fp8_connector(tmp_path):
 def test_kimi_backend_extracts_through_vllm_text_only():
     assert isinstance(KIMI_BACKEND, type(VLLM_BACKEND)) and not KIMI_BACKEND.data_parallel
     assert KIMI_BACKEND.engine_extra == {"limit_mm_per_prompt": {"vision_chunk": 0}}
+
+
+def test_loading_the_verifier_decoder_is_quiet_and_headless(tiny_verifier):
+    # transformers logs through its own library logger (not propagated to the root, so not caplog's).
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        model = TRANSFORMERS_BACKEND.load_model(tiny_verifier, "cpu")
+    finally:
+        library_logger.removeHandler(handler)
+    assert not [w for w in warnings if "LOAD REPORT" in w], warnings
+    assert model.get_output_embeddings() is None and not model.training

@@ -5,6 +5,12 @@ from __future__ import annotations
 import dagster as dg
 
 from eagle_assets.assets import prompts
+from eagle_assets.assets.draft_check_results import (
+    acceptance_check_result,
+    learned_check_result,
+    loads_check_result,
+    matches_verifier_check_result,
+)
 from eagle_assets.assets.reasoning_samples import error_rate_check_result, truncation_check_result
 from eagle_assets.assets.token_sequences import drift_check_result
 from eagle_assets.prompt_collection import Collection
@@ -68,3 +74,42 @@ def test_template_drift_fails_on_prompts_and_warns_on_completions():
     description, fix = failure(completion_drift)
     assert completion_drift.severity == dg.AssetCheckSeverity.WARN
     assert "4 completions (50.0%" in description and "tokenizers" in fix
+
+
+def test_learned_failure_names_the_accuracy_its_floor_and_baseline_and_the_training_settings():
+    result = learned_check_result({"val_full_acc_0": 0.31, "min_val_accuracy": 0.5, "top_token_share": 0.4})
+    description, fix = failure(result)
+    assert "accuracy (val_full_acc_0, best epoch) is 0.310" in description
+    assert "below min_val_accuracy 0.5 and not above the most-frequent-token baseline 0.400" in description
+    assert "epochs" in fix and "lr" in fix and "add-training-run" in fix and "min_val_accuracy" in fix
+    assert result.metadata["top_token_share"].value == 0.4
+    assert learned_check_result({"val_full_acc_0": 0.9, "min_val_accuracy": 0.5, "top_token_share": 0.4}).passed
+
+
+def test_learned_fails_on_a_materialization_without_the_numbers():
+    description, fix = failure(learned_check_result({"val_full_acc_0": 0.9}))
+    assert "lacks min_val_accuracy, top_token_share" in description and "re-materialize eagle3_checkpoint" in fix
+
+
+def test_checkpoint_load_and_verifier_failures_list_the_problems_and_what_to_change(tmp_path):
+    folder = tmp_path / "0123abcd"
+    loads = loads_check_result(folder, ["non-finite values in ['fc.weight']"], {"draft_vocab_size": 64})
+    description, fix = failure(loads)
+    assert "checkpoint 0123abcd" in description and "1 problem(s): non-finite values in ['fc.weight']" in description
+    assert "speculators" in fix and "lower lr" in fix and loads.metadata["draft_vocab_size"].value == 64
+    mismatch = matches_verifier_check_result(folder, ["hidden sizes differ: {'draft': 64, 'verifier': 128}"])
+    description, fix = failure(mismatch)
+    assert "hidden sizes differ: {'draft': 64, 'verifier': 128}" in description
+    assert "verifier.model_path" in fix and "hidden_states" in fix
+    assert matches_verifier_check_result(folder, []).passed
+
+
+def test_acceptance_failure_names_tau_the_set_and_the_floor():
+    metadata = {"eval_set": "heldout[demo]", "heldout[demo]/acceptance_length": 1.42, "min_acceptance_length": 2.0}
+    result = acceptance_check_result("baseline", metadata)
+    description, fix = failure(result)
+    assert "τ on heldout[demo] is 1.420, below min_acceptance_length 2.0" in description
+    assert "acceptance_pos_k" in fix and "min_acceptance_length" in fix
+    assert result.metadata["acceptance_length"].value == 1.42
+    description, fix = failure(acceptance_check_result("baseline", None))
+    assert "'baseline' has never been materialized" in description and "partition 'baseline'" in fix

@@ -390,6 +390,26 @@ def test_two_training_runs_live_side_by_side(evaluated):
 
 
 @pytest.mark.integration
+def test_the_checkpoint_page_shows_both_training_runs(evaluated, tmp_path):
+    """The UI over the same instance: `eagle3_checkpoint`'s partitions are the two training runs, each
+    showing its own checkpoint folder as its latest materialization. Reuses the trained runs (the UI adds
+    only its own start, about half a minute)."""
+    from dagster_ui import serve_ui
+    from ui_browser import STEP_TIMEOUT_MS, browser_page, playwright_api
+
+    expect = playwright_api().expect
+    home = Path(evaluated["instance"].root_directory)
+    with serve_ui(home, evaluated["root"]) as url, browser_page() as page:
+        page.goto(f"{url}/assets/eagle3_checkpoint?view=partitions")
+        # Not "Materialized (2)": a run's refused re-materialization (the recipe test) shows it as Failed.
+        expect(page.get_by_text(f"{len(RECIPES)} Partitions Selected")).to_be_visible(timeout=STEP_TIMEOUT_MS)
+        for at, (run, (checkpoint, _)) in enumerate(evaluated["runs"].items()):
+            page.get_by_text(run, exact=True).first.click()
+            expect(page.get_by_text(Path(checkpoint["path"]).name).first).to_be_visible(timeout=STEP_TIMEOUT_MS)
+            page.screenshot(path=tmp_path / f"{at}-{run}.png")
+
+
+@pytest.mark.integration
 def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
     import json
 

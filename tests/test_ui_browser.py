@@ -2,29 +2,22 @@
 
 Open the global lineage, open the `prompts` asset, open its launchpad, pick a partition, launch,
 and wait for the run's success; a screenshot of each step lands in the test's temporary folder.
-Skips, saying why, where Playwright or a Chromium binary is missing (`.ci/run` installs Debian's
-`chromium`; Playwright's own browser download is never used).
+Skips, saying why, where Playwright or a Chromium binary is missing (tests/ui_browser.py).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 from dagster_ui import graphql
+from ui_browser import browser_page, playwright_api
 
 from eagle_assets.assets.group import PIPELINE
 from eagle_assets.definitions import build_definitions
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
-
-CHROMIUM = shutil.which("chromium")
-if CHROMIUM is None:  # checked before any fixture starts the webserver
-    pytest.skip("no Chromium on PATH: apt-get install -y chromium (.ci/run installs it)", allow_module_level=True)
+sync_api = playwright_api()  # checked before any fixture starts the webserver
 PARTITION = "demo_ood"  # test_ui.py launches `demo` on the same instance and counts its materializations
-VIEWPORT = {"width": 1600, "height": 1000}
-STEP_TIMEOUT_MS = 30_000
 RUN_TIMEOUT_MS = 180_000
 
 RUN = """
@@ -35,17 +28,8 @@ query Run($runId: ID!) { runOrError(runId: $runId) { ... on Run { status assetSe
 
 @pytest.fixture
 def page():
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(STEP_TIMEOUT_MS)
-        # A fresh instance greets its first visitor with a newsletter dialog, over whatever page comes first.
-        page.add_locator_handler(page.get_by_text("Join the Dagster community"),
-                                 lambda: page.get_by_role("button", name="Skip").click())
-        try:
-            yield page
-        finally:
-            browser.close()
+    with browser_page() as page:
+        yield page
 
 
 @pytest.mark.integration

@@ -23,6 +23,11 @@ from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata, shape_of
 from eagle_assets.hidden_state_files import INDEX_FILE
+from eagle_assets.assets.draft_check_results import (
+    learned_check_result,
+    loads_check_result,
+    matches_verifier_check_result,
+)
 from eagle_assets.assets.group import PIPELINE
 from eagle_assets.partitions import training_runs
 from eagle_assets.resources import StorageRoot, Verifier
@@ -45,13 +50,12 @@ WORK_DIR = "_work"
 # First-proposal validation accuracy a draft must reach. EAGLE-3 drafts of production verifiers sit
 # around 0.7-0.8; the demo's tiny-verifier draft reaches 0.94 (see DEMO_OPS), random features ~0.01.
 MIN_VAL_ACCURACY = 0.5
-ACCURACY_KEY = "val_full_acc_0"
 TRAINING_FILE = "training.json"
 RECIPE_KEY = "recipe"
 
 
 class Eagle3TrainingConfig(dg.Config, TrainingSettings):
-    """Launchpad settings of ``eagle3_checkpoint``: which partitions to train on, and the draft recipe."""
+    """Launchpad settings of `eagle3_checkpoint`: which partitions to train on, and the draft recipe."""
 
     partitions: list[str] = Field(
         default_factory=list,
@@ -281,26 +285,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                     "vocabularies, and a forward pass on a tiny batch that proposes verifier tokens.")
     def loads_with_speculators(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         folder = checkpoint_of(context.instance, context.partition_key)
-        problems, facts = speculators_load_problems(folder)
-        return dg.AssetCheckResult(passed=not problems,
-                                   metadata={**facts, "problems": "\n".join(problems) or "none"})
+        return loads_check_result(folder, *speculators_load_problems(folder))
 
     @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
                     description="Training learned: the draft's first-proposal validation accuracy is at least "
                     "min_val_accuracy and beats always proposing the most frequent supervised token.")
     def learned(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         record = latest_record(context.instance, context.partition_key)
-        meta = {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {}
-        accuracy, floor, baseline = meta.get(ACCURACY_KEY), meta.get("min_val_accuracy"), meta.get("top_token_share")
-        if None in (accuracy, floor, baseline):
-            return dg.AssetCheckResult(passed=False, description=f"the latest {ASSET} materialization lacks "
-                                       f"{ACCURACY_KEY}/min_val_accuracy/top_token_share: re-materialize it")
-        passed = accuracy >= floor and accuracy > baseline
-        return dg.AssetCheckResult(
-            passed=passed, metadata={ACCURACY_KEY: accuracy, "min_val_accuracy": floor, "top_token_share": baseline},
-            description=None if passed else f"validation accuracy {accuracy:.3f} is below the floor {floor} or "
-            f"the most-frequent-token baseline {baseline:.3f}: training did not learn (check lr, epochs, features)",
-        )
+        return learned_check_result(
+            {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {})
 
     @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
                     description="Hidden size, aux layer ids and d2t/t2d vocab maps agree with the verifier "
@@ -312,6 +305,6 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         problems = []
         for manifest in _features_of(folder, Path(storage.root)):
             problems += verifier_mismatches(folder, facts, manifest)
-        return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
+        return matches_verifier_check_result(folder, problems)
 
     return {"assets": [eagle3_checkpoint], "checks": [loads_with_speculators, learned, matches_verifier]}

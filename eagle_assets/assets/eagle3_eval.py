@@ -24,6 +24,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from eagle_assets.assets import eagle3_checkpoint as checkpoint_asset
+from eagle_assets.assets.draft_check_results import acceptance_check_result
 from eagle_assets.evaluation.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
 from eagle_assets.assets.group import PIPELINE
 from eagle_assets.partitions import training_runs
@@ -44,7 +45,7 @@ OUTPUTS_SCHEMA = pa.schema([("eval_set", pa.string()), ("prompt_id", pa.string()
 
 
 class Eagle3EvalConfig(dg.Config):
-    """Launchpad settings of ``eagle3_eval``."""
+    """Launchpad settings of `eagle3_eval`."""
 
     checkpoint: str = Field(
         default="",
@@ -246,16 +247,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     def acceptance_length_above_floor(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         records = context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSET), asset_partitions=[context.partition_key]), limit=1).records
-        if not records:
-            return dg.AssetCheckResult(passed=False, description=f"{ASSET} of training run {context.partition_key!r} "
-                                       "has never been materialized")
-        metadata = records[0].asset_materialization.metadata
-        label = metadata["eval_set"].value
-        tau, floor = metadata[f"{label}/acceptance_length"].value, metadata["min_acceptance_length"].value
-        return dg.AssetCheckResult(
-            passed=tau >= floor,
-            metadata={"eval_set": label, "acceptance_length": tau, "min_acceptance_length": floor},
-            description=None if tau >= floor else f"τ {tau:.3f} < floor {floor}: train longer or on more samples",
-        )
+        return acceptance_check_result(context.partition_key, {
+            k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None)
 
     return {"assets": [eagle3_eval], "checks": [acceptance_length_above_floor]}
