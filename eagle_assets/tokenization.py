@@ -278,11 +278,19 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
     ]
     report = DriftReport()
     for i in random.Random(seed).sample(candidates, min(sample_size, len(candidates))):
-        prompt_ids, completion_ids = render(
-            context(i), samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
-            template_kwargs(samples, i))
-        server_prompt, server_completion = prompts[i].tolist(), completions[i].tolist()
         report.checked += 1
+        try:
+            prompt_ids, completion_ids = render(
+                context(i), samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
+                template_kwargs(samples, i))
+        except ValueError as exc:
+            # The reply does not round-trip through the template (e.g. a model that wrote a thinking block
+            # in instant mode, which the template renders only with thinking on): its completion cannot be
+            # reproduced locally. Counted, not fatal: the server's own ids are what training uses.
+            report.completion_mismatches += 1
+            report.examples.append(f"{ids[i]}: reply not renderable by the local template ({str(exc)[:200]})")
+            continue
+        server_prompt, server_completion = prompts[i].tolist(), completions[i].tolist()
         if list(prompt_ids) != server_prompt:
             report.prompt_mismatches += 1
             at = _first_difference(list(prompt_ids), server_prompt)

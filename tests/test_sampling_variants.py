@@ -73,3 +73,29 @@ def test_evaluation_requests_keep_the_variants_switches_but_decode_greedily():
     greedy = greedy_request(request, max_tokens=64).sampling
     assert (greedy.temperature, greedy.top_p, greedy.max_tokens, greedy.seed) == (0.0, 1.0, 64, None)
     assert greedy.chat_template_kwargs == {"enable_thinking": False} and greedy.variant == "hot"
+
+
+def test_a_reply_the_local_template_cannot_render_is_a_completion_mismatch_not_a_crash():
+    # tiny-kimi in instant mode sometimes writes a thinking block anyway; its chat template renders a reply's
+    # reasoning only with thinking on, so the local render cannot locate that reply.
+    import pyarrow as pa
+
+    from eagle_assets.tokenization import measure_drift
+
+    samples = pa.table({
+        "prompt_id": ["a", "b"], "status": ["ok", "ok"], "prompt_token_ids": [[1, 2], [1, 3]],
+        "token_ids": [[5, 6], [7, 8]], "reasoning": [None, "thought"], "content": ["x", "y"],
+        "sampling": [json.dumps({"chat_template_kwargs": {"enable_thinking": False}})] * 2})
+    messages = {"a": [{"role": "user", "content": "A"}], "b": [{"role": "user", "content": "B"}]}
+    seen = []
+
+    def render(context, reasoning, content, template_kwargs):
+        seen.append(template_kwargs)
+        if reasoning:
+            raise ValueError("the chat template renders the conversation differently with the reply appended")
+        return [1, 2], [5, 6]
+
+    report = measure_drift(samples, messages, render, sample_size=2)
+    assert (report.checked, report.prompt_mismatches, report.completion_mismatches) == (2, 0, 1)
+    assert "b: reply not renderable" in report.examples[0]
+    assert seen == [{"enable_thinking": False}] * 2  # rendered as the server was asked
