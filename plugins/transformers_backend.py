@@ -252,13 +252,17 @@ class TransformersBackend(VerifierBackend):
         REPORT calling it UNEXPECTED on every load. The head is read into host memory and dropped before
         the decoder moves to ``device``.
         """
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModel, AutoModelForCausalLM
 
         device = resolve_device(device)
-        causal_lm = AutoModelForCausalLM.from_pretrained(
-            str(model_path), dtype=resolve_dtype(dtype, device), trust_remote_code=self.trust_remote_code,
-            attn_implementation="sdpa",
-        )
+        kwargs = dict(dtype=resolve_dtype(dtype, device), trust_remote_code=self.trust_remote_code,
+                      attn_implementation="sdpa")
+        try:
+            causal_lm = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
+        except ValueError:
+            # No causal-LM class for this config (a multimodal wrapper such as Kimi-K2.5's kimi_k25): its
+            # headless AutoModel class is what transformers offers.
+            return AutoModel.from_pretrained(str(model_path), **kwargs).to(device).eval()
         return causal_lm.get_decoder().to(device).eval()
 
     def extract(self, model_path, request: ExtractionRequest, sink: Sink, progress=None) -> None:
