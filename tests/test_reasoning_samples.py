@@ -6,9 +6,6 @@ Generation is kept short (few prompts, small max_tokens): the suite runs on 2 CP
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -21,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from kill_mid_capture import kill_after_rows
 from transformers import AutoTokenizer
 
 from eagle_assets.assets import prompts, reasoning_samples
@@ -127,19 +125,7 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage
     materialize_prompts(storage_root, limit=30)
     wanted = prompt_ids(storage_root)
     folder = storage_root.path("reasoning_samples", "demo")
-    script = tmp_path / "materialize.py"
-    script.write_text(KILL_SCRIPT)
-    child = subprocess.Popen([sys.executable, str(script), storage_root.root, vllm_server_urls[0]],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while len(load_samples(folder, columns=["status"])) < 4 and time.monotonic() < deadline:
-            assert child.poll() is None, "the materializing process ended before it could be killed"
-            time.sleep(0.1)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        child.kill()
-        child.wait()
+    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], folder, rows=4)
     before = load_samples(folder)
     assert 0 < pc.sum(pc.equal(before["status"], "ok")).as_py() < len(wanted), "the kill did not land mid-run"
 

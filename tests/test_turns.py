@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from kill_mid_capture import kill_after_rows
 from transformers import AutoTokenizer
 
 from upstream_rows import PARTITION, demo_prompts
@@ -256,19 +253,7 @@ def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_serve
     wanted = Counter((p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8)
                      for t in range(len(user_turns(p["messages"]))))
     folder = storage_root.path("reasoning_samples", PARTITION)
-    script = tmp_path / "materialize.py"
-    script.write_text(KILL_SCRIPT)
-    child = subprocess.Popen([sys.executable, str(script), storage_root.root, vllm_server_urls[0]],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while len(load_samples(folder, columns=["status"])) < 3 and time.monotonic() < deadline:
-            assert child.poll() is None, "the materializing process ended before it could be killed"
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        child.kill()
-        child.wait()
+    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], folder, rows=3)
     before = load_samples(folder)
     assert 0 < before.num_rows < len(wanted), "the kill did not land mid-run"
 
