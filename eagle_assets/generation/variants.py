@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from eagle_assets.generation.engine import Sampling
+from eagle_assets.storage import write_json
 
 VARIANTS_FILE = "sampling_variants.json"
 SHARE_TOLERANCE = 1e-6
@@ -87,10 +88,7 @@ def write_variants(folder: Path, variants: Sequence[SamplingVariant]) -> None:
     if not variants:
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([asdict(v) for v in variants], indent=1, sort_keys=True))
-    tmp.replace(path)
+    write_json([asdict(v) for v in variants], path)
 
 
 def read_variants(folder: Path) -> list[SamplingVariant]:
