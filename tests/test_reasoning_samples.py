@@ -125,7 +125,7 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage
     materialize_prompts(storage_root, limit=30)
     wanted = prompt_ids(storage_root)
     folder = storage_root.path("reasoning_samples", "demo")
-    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], folder, rows=4)
+    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], rows=4)
     before = load_samples(folder)
     assert 0 < pc.sum(pc.equal(before["status"], "ok")).as_py() < len(wanted), "the kill did not land mid-run"
 

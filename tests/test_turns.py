@@ -253,7 +253,7 @@ def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_serve
     wanted = Counter((p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8)
                      for t in range(len(user_turns(p["messages"]))))
     folder = storage_root.path("reasoning_samples", PARTITION)
-    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], folder, rows=3)
+    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], rows=3)
     before = load_samples(folder)
     assert 0 < before.num_rows < len(wanted), "the kill did not land mid-run"
 
