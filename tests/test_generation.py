@@ -267,3 +267,49 @@ def test_per_prompt_seeds_are_stable_and_distinct():
     sampling = Sampling(seed=7)
     assert sampling.request_seed("a") == Sampling(seed=7).request_seed("a") != sampling.request_seed("b")
     assert Sampling().request_seed("a") is None
+
+
+# The tests above swap in a mock transport; these go through the engine's own (aiohttp) transport and real
+# sockets, so its errors must still reach the engine as the SDK's timeout and connection errors.
+async def _serve_on_socket(handler):
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+
+
+def test_real_sockets_answers_timeouts_and_a_closed_port():
+    from aiohttp import web
+
+    async def handler(request):
+        if request.path.endswith("/models"):
+            return web.json_response({"data": [{"id": "tiny"}]})
+        if request.path != "/v1/chat/completions":
+            return web.Response(status=404)
+        payload = await request.json()
+        if payload["messages"][0]["content"] == "q1":
+            await asyncio.sleep(5)  # past the request timeout
+        return web.json_response(body({"reasoning": "think", "content": "4"}))
+
+    async def main():
+        runner, url = await _serve_on_socket(handler)
+        try:
+            engine = CaptureEngine([url], Sampling(max_tokens=16),
+                                   ClientSettings(concurrency=2, max_retries=0, request_timeout_s=0.5))
+            rows: list[dict] = []
+            await engine.run(requests(3), rows.append, Progress(total=3))
+        finally:
+            await runner.cleanup()
+        closed = CaptureEngine([url], Sampling(), ClientSettings(max_retries=0))
+        with pytest.raises(ServerUnavailable, match=url):
+            await closed.identify()
+        return sorted(rows, key=lambda r: r["prompt_id"])
+
+    rows = asyncio.run(main())
+    assert [r["status"] for r in rows] == ["ok", "error", "ok"]
+    assert rows[0]["token_ids"] == [5, 6, 2] and rows[1]["error"].startswith("timeout")
