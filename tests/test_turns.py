@@ -227,6 +227,45 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
     assert sum(pq.read_metadata(p).num_rows for p in shard_paths(folder)) == 6  # nothing asked twice
 
 
+@pytest.mark.integration
+def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(storage_root, tiny_kimi, kimi_server_urls):
+    """Kimi-K2.5's template, not Qwen3's, decides what of an earlier answer stays in the next turn's
+    context; the local render token_sequences relies on must still be the server's, token for token."""
+    from eagle_assets.assets import reasoning_samples, token_sequences
+    from eagle_assets.embedded_verifiers import embedded_resources
+    from eagle_assets.partitions import source_partitions
+    from eagle_assets.resources import VLLMServer
+
+    conversations = {p["prompt_id"]: p["messages"] for p in multi_turn_prompts(storage_root, 2)}
+    parts = source_partitions()
+    built = token_sequences.build(parts)
+    result = dg.materialize(
+        reasoning_samples.build(parts)["assets"] + built["assets"] + built["checks"], partition_key=PARTITION,
+        resources={"storage": storage_root, "verifier": embedded_resources("tiny-kimi")["verifier"],
+                   "vllm_server": VLLMServer(mode="external", base_urls=kimi_server_urls)},
+        run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 256}}}},
+        raise_on_error=False,
+    )
+    assert result.success
+    samples = load_samples(storage_root.path("reasoning_samples", PARTITION)).to_pylist()
+    wanted = [(pid, t) for pid in sorted(conversations) for t in range(len(user_turns(conversations[pid])))]
+    assert [(s["prompt_id"], s["turn"]) for s in samples] == wanted and {s["status"] for s in samples} == {"ok"}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_kimi)
+    by_key = {(s["prompt_id"], s["turn"]): s for s in samples}
+    for pid, turn in wanted:
+        answers = [Answer(by_key[pid, t]["content"], by_key[pid, t]["reasoning"]) for t in range(turn)]
+        context = turn_context(conversations[pid], turn, answers)
+        expected = tokenizer.apply_chat_template(context, add_generation_prompt=True, tokenize=True, return_dict=False)
+        assert by_key[pid, turn]["prompt_token_ids"] == list(expected)
+    [drift] = [c for c in result.get_asset_check_evaluations() if c.check_name == "template_drift"]
+    assert drift.metadata["drift_prompt_mismatch_rate"].value == 0.0
+    rows = pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet").to_pylist()
+    assert [(r["prompt_id"], r["turn"]) for r in rows] == wanted
+    for row in rows:
+        sample = by_key[row["prompt_id"], row["turn"]]
+        assert row["input_ids"] == sample["prompt_token_ids"] + sample["token_ids"]
+
+
 KILL_SCRIPT = textwrap.dedent(
     """
     import sys, dagster as dg
