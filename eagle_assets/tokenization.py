@@ -274,14 +274,21 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
     candidates = [
         i for i in range(len(ids))
         if statuses[i] == "ok" and prompts[i] is not None and len(prompts[i]) and completions[i] is not None
-        and len(completions[i]) and context(i) is not None
+        and len(completions[i])
     ]
     report = DriftReport()
-    for i in random.Random(seed).sample(candidates, min(sample_size, len(candidates))):
+    # In random order, the first `sample_size` whose context can be rebuilt: a context is built (earlier
+    # answers read back) only for the samples checked, not for every row of a large partition.
+    for i in random.Random(seed).sample(candidates, len(candidates)):
+        if report.checked >= sample_size:
+            break
+        asked_with = context(i)
+        if asked_with is None:
+            continue
         report.checked += 1
         try:
             prompt_ids, completion_ids = render(
-                context(i), samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
+                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
                 template_kwargs(samples, i))
         except ValueError as exc:
             # The reply does not round-trip through the template (e.g. a model that wrote a thinking block

@@ -17,7 +17,7 @@ from eagle_assets.prompt_collection import Collection
 from eagle_assets.prompt_records import Skip
 from eagle_assets.tokenization import DriftReport
 
-SAMPLES = {"prompts_selected": 50, "ok": 40, "errors": 6, "missing": 4, "error_rate": 0.2,
+SAMPLES = {"prompts_selected": 50, "requests_selected": 50, "ok": 40, "errors": 6, "missing": 4, "error_rate": 0.2,
            "truncated": 12, "truncation_rate": 0.3}
 
 

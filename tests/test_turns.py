@@ -101,6 +101,30 @@ def test_the_store_keeps_one_row_per_turn_and_readers_see_only_the_chosen_mode(t
         write_turn_mode(tmp_path, "every")
 
 
+def test_the_drift_check_renders_only_the_turns_it_checks_and_skips_those_whose_earlier_answer_is_gone():
+    from eagle_assets.tokenization import measure_drift
+
+    # Conversation "c" lost its turn 0 (e.g. an error row was dropped): its turns 1 and 2 cannot be rebuilt.
+    keys = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2), ("c", 1), ("c", 2)]
+    samples = pa.table({
+        "prompt_id": [k[0] for k in keys], "turn": pa.array([k[1] for k in keys], pa.int32()),
+        "status": ["ok"] * len(keys), "prompt_token_ids": [[1, 2]] * len(keys), "token_ids": [[5]] * len(keys),
+        "reasoning": ["r"] * len(keys), "content": [f"{p}{t}" for p, t in keys], "sampling": ["{}"] * len(keys)})
+    rendered = []
+
+    def render(context, reasoning, content, template_kwargs):
+        rendered.append(context)
+        return [1, 2], [5]
+
+    for size in (3, 20):
+        rendered.clear()
+        report = measure_drift(samples, {pid: CONVERSATION for pid in "abc"}, render, sample_size=size)
+        assert report.checked == len(rendered) == min(size, 6)  # c's two turns are never rendered
+        assert report.prompt_mismatches == report.completion_mismatches == 0
+    # The earlier answers in a rebuilt context are that conversation's own stored ones.
+    assert any([m["content"] for m in c if m["role"] == "assistant"] == ["a0", "a1"] for c in rendered)
+
+
 def test_the_engine_asks_a_conversations_turns_in_order_and_stops_at_a_failed_turn():
     asked: list[list[dict]] = []
 
@@ -178,6 +202,7 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
 
     result, meta = materialize()
     assert meta["turns"].value == "all" and meta["captured_this_run"].value == 6
+    assert meta["prompts_selected"].value == 3 and meta["requests_selected"].value == 6 and meta["missing"].value == 0
     folder = storage_root.path("reasoning_samples", PARTITION)
     samples = load_samples(folder).to_pylist()
     assert [(s["prompt_id"], s["turn"]) for s in samples] == [(pid, t) for pid in sorted(conversations) for t in (0, 1)]

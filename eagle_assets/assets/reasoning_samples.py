@@ -160,8 +160,9 @@ def _percentiles(name: str, values: np.ndarray) -> dict:
     return {f"{name}_p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
 
 
-def _metadata(samples: pa.Table, selected: int, path, run: dict) -> dict:
-    """Counts over ``samples``; ``selected`` is what should have a row: prompts, or turns with ``turns: all``."""
+def _metadata(samples: pa.Table, prompts: int, selected: int, path, run: dict) -> dict:
+    """Counts over ``samples``; ``selected`` is what should have a row: the ``prompts``, or their turns with
+    ``turns: all``."""
     ok = samples.filter(pc.equal(samples["status"], "ok"))
     n_ok = ok.num_rows
     completion = ok["completion_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
@@ -169,7 +170,8 @@ def _metadata(samples: pa.Table, selected: int, path, run: dict) -> dict:
     truncated = int(pc.sum(ok["truncated"]).as_py() or 0)
     return {
         "dagster/row_count": samples.num_rows,
-        "prompts_selected": selected,
+        "prompts_selected": prompts,
+        "requests_selected": selected,
         "ok": n_ok,
         "errors": samples.num_rows - n_ok,
         "missing": selected - samples.num_rows,
@@ -217,7 +219,7 @@ def error_rate_check_result(meta: dict, limit: float, examples: list[str]) -> dg
         {"error_rate": rate, "limit": limit, "errors": meta["errors"], "missing": meta["missing"],
          "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in examples) or "none")},
         check_name="error_rate_below_limit",
-        failed=f"{rate:.1%} of {meta['prompts_selected']} selected prompts have no ok sample ({meta['errors']} "
+        failed=f"{rate:.1%} of {meta['requests_selected']} selected prompts (turns) have no ok sample ({meta['errors']} "
                f"errors, {meta['missing']} never captured), above max_error_rate {limit:.1%}",
         fix="re-materialize reasoning_samples: it retries only those prompts (the errors are in `examples` and "
             "the run log); for timeouts raise request_timeout_s or lower concurrency; to train on fewer samples, "
@@ -371,7 +373,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         rules = config.quality_rules()
         samples = with_classes(samples, write_quality(folder, samples, rules))
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
-        meta = {**_metadata(samples, selected, folder, run), "turns": config.turns, **_quality_metadata(samples),
+        meta = {**_metadata(samples, len(rows), selected, folder, run), "turns": config.turns, **_quality_metadata(samples),
                 "quality_rules": dg.MetadataValue.json(rules.as_dict()),
                 **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
                 **_variant_metadata(samples, variants)}
