@@ -1,8 +1,8 @@
 """The async capture engine: every prompt sent once to the verifier, ~200 in flight, exact tokens kept.
 
-It uses the ``openai`` client's own machinery for what it does well — per-request timeouts and
-retries with exponential backoff and jitter on 408/409/429/5xx, timeouts and connection errors —
-and adds what a long capture needs on top: one client per base URL with least-loaded dispatch
+Requests go through :mod:`eagle_assets.generation.chat_http` (per-request timeouts, retries with
+exponential backoff and jitter on 408/409/429/5xx, timeouts and connection errors); the engine adds
+what a long capture needs on top: one connection pool per base URL with least-loaded dispatch
 (data-parallel replicas), a bounded worker pool, a per-prompt error row instead of a crash, and an
 early stop when the server is clearly gone (so a dead server does not burn every prompt's retries).
 """
@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import openai
-
+from eagle_assets.generation.chat_http import ChatPoster, HTTPStatusError, NoAnswer
 from eagle_assets.generation.sdk_http import httpx
 from eagle_assets.generation.parsing import THINK_CLOSE, THINK_OPEN, MalformedResponse, parse_completion
 from eagle_assets.generation.quality import ThinkMarkers
@@ -85,7 +84,7 @@ class ClientSettings:
 @dataclass
 class _Endpoint:
     base_url: str
-    client: openai.AsyncOpenAI
+    poster: ChatPoster
     in_flight: int = 0
 
 
@@ -113,7 +112,7 @@ class CaptureEngine:
         self.settings = settings
         self._transport = transport
         self._sampling_json = sampling.as_json()
-        self.http_attempts = 0
+        self._posters: list[ChatPoster] = []
         self.model: str | None = None
         self.vllm_version: str = "unknown"
         self.think_markers: ThinkMarkers | None = None
@@ -178,27 +177,16 @@ class CaptureEngine:
         self.think_markers = ThinkMarkers(*ids)
         return self.think_markers
 
-    def _client(self, base_url: str, connections: int) -> openai.AsyncOpenAI:
+    @property
+    def http_attempts(self) -> int:
+        """HTTP attempts of every capture request so far (retries included)."""
+        return sum(poster.attempts for poster in self._posters)
 
-        async def count_attempt(_request: httpx.Request) -> None:
-            self.http_attempts += 1
-
-        # The SDK's aiohttp transport (its documented choice for high concurrency): measured against a canned
-        # server, 0.97 vs 1.37 ms of client CPU per request with httpx's own (whose pool also scans every
-        # connection per request), CPU the vLLM server needs when both share a host.
-        http_client = openai.DefaultAioHttpClient(
-            transport=self._transport,
-            limits=httpx.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8),
-            event_hooks={"request": [count_attempt]},
-            verify=self._verify(),
-        )
-        return openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=self.settings.api_key or "EMPTY",
-            timeout=self.settings.request_timeout_s,
-            max_retries=self.settings.max_retries,
-            http_client=http_client,
-        )
+    def _poster(self, base_url: str, connections: int) -> ChatPoster:
+        poster = ChatPoster(base_url, connections, self.settings.request_timeout_s, self.settings.max_retries,
+                            self._headers(), self._verify(), transport=self._transport)
+        self._posters.append(poster)
+        return poster
 
     async def run(self, requests: Iterable[PromptRequest | Conversation], sink: Callable[[dict], None],
                   progress: Progress) -> None:
@@ -211,13 +199,18 @@ class CaptureEngine:
         if self.model is None:
             await self.identify()
         connections = -(-self.settings.concurrency // len(self.base_urls))
-        endpoints = [_Endpoint(url, self._client(url, connections)) for url in self.base_urls]
+        endpoints = [_Endpoint(url, self._poster(url, connections)) for url in self.base_urls]
         pending = iter(requests)
         consecutive_failures = 0
 
+        asked = 0
+
         async def ask(request: PromptRequest) -> dict:
-            nonlocal consecutive_failures
-            endpoint = min(endpoints, key=lambda e: e.in_flight)
+            nonlocal consecutive_failures, asked
+            # Least loaded; ties go round-robin (equally loaded replicas share the work in turn).
+            asked += 1
+            start = asked % len(endpoints)
+            endpoint = min(endpoints[start:] + endpoints[:start], key=lambda e: e.in_flight)
             endpoint.in_flight += 1
             progress.in_flight += 1
             try:
@@ -263,7 +256,7 @@ class CaptureEngine:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             for endpoint in endpoints:
-                await endpoint.client.close()
+                await endpoint.poster.close()
 
     async def _capture(self, endpoint: _Endpoint, request: PromptRequest) -> tuple[dict, bool]:
         """One prompt → (row, whether the server answered at all)."""
@@ -288,24 +281,16 @@ class CaptureEngine:
             seed = sampling.request_seed(request.prompt_id, request.turn)
             if seed is not None:
                 body["seed"] = seed
-            # The client's own POST (its timeouts, retries and status errors) with the body as built here:
-            # `chat.completions.create` first walks every message through the SDK's type transform (measured:
-            # a fifth of the capture's CPU). The raw JSON, not the SDK's pydantic model, comes back: vLLM's
-            # extra fields (token ids, reasoning) are plain keys there.
-            raw = await endpoint.client.post("/chat/completions", body=body, cast_to=httpx.Response)
-            row.update(parse_completion(json.loads(raw.content), self.think_markers))
+            # The raw JSON: vLLM's extra fields (token ids, reasoning) are plain keys there.
+            row.update(parse_completion(json.loads(await endpoint.poster.post(body)), self.think_markers))
             row["status"], row["error"] = "ok", None
-        except openai.APIStatusError as exc:
-            row["status"], row["error"] = "error", f"HTTP {exc.status_code}: {exc.message}"
-        except openai.APITimeoutError:
+        except HTTPStatusError as exc:
+            row["status"], row["error"] = "error", str(exc)
+        except NoAnswer as exc:
             reached_server = False
             row["status"] = "error"
-            row["error"] = (f"timeout: no answer within {self.settings.request_timeout_s:g}s "
-                            f"(after {self.settings.max_retries} retries)")
-        except openai.APIConnectionError as exc:
-            reached_server = False
-            row["status"] = "error"
-            row["error"] = f"connection error to {endpoint.base_url} after {self.settings.max_retries} retries: {exc.__cause__ or exc!r}"
+            row["error"] = (f"timeout: {exc} (after {self.settings.max_retries} retries)" if exc.kind == "timeout" else
+                            f"connection error to {endpoint.base_url} after {self.settings.max_retries} retries: {exc}")
         except (ValueError, MalformedResponse) as exc:  # json.JSONDecodeError is a ValueError
             row["status"], row["error"] = "error", f"malformed response: {exc}"
         if row["error"]:
