@@ -1,7 +1,8 @@
 """Unit tests of the capture engine's parts: response parsing, the shard store, retries and errors.
 
-The engine tests put an ``httpx.MockTransport`` under the real OpenAI client, so the client's own
-retry/backoff machinery runs; the real server is exercised in test_reasoning_samples.py.
+The engine tests hand the engine an ``httpx.MockTransport``, so its real retry/backoff policy
+(``chat_http``) runs against scripted answers; one test goes through its aiohttp pool and real sockets,
+and the real server is exercised in test_reasoning_samples.py.
 """
 
 from __future__ import annotations
@@ -269,8 +270,8 @@ def test_per_prompt_seeds_are_stable_and_distinct():
     assert Sampling().request_seed("a") is None
 
 
-# The tests above swap in a mock transport; these go through the engine's own (aiohttp) transport and real
-# sockets, so its errors must still reach the engine as the SDK's timeout and connection errors.
+# The tests above swap in a mock transport; this one goes through the engine's own aiohttp pool and real
+# sockets, whose errors must reach the rows as the same timeouts and connection errors.
 async def _serve_on_socket(handler):
     from aiohttp import web
 
