@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagle_assets.backends import ExtractionRequest, VerifierBackend
-from eagle_assets.child_process import die_with_parent
+from eagle_assets.child_process import die_with_parent, exit_when_orphaned
 from eagle_assets.hidden_state_files import SampleWriter, WrittenSample
 
 AUTO = "auto"
@@ -116,8 +116,10 @@ class _Job:
 def _worker(job: _Job, messages) -> None:
     """Worker process body: extract this shard, report progress and the written files."""
     die_with_parent()  # a killed Dagster step must not leave workers holding GPUs
-    if os.getppid() != multiprocessing.parent_process().pid:  # it died before the line above
+    parent = multiprocessing.parent_process().pid
+    if os.getppid() != parent:  # it died before the line above
         raise SystemExit(1)
+    exit_when_orphaned(parent)
     try:
         import torch
 

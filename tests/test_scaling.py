@@ -240,6 +240,16 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
 
 
+def _proc_status(pid: int) -> str:
+    """State, parent and signal masks of a process, for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "gone"
+    return "; ".join(line for line in lines if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk",
+                                                                     "SigIgn", "SigCgt"))
+
+
 @pytest.mark.integration
 def test_workers_end_when_the_step_process_is_killed(tiny_verifier, tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT, str(Path(__file__).parent), str(tmp_path),
@@ -257,10 +267,20 @@ def test_workers_end_when_the_step_process_is_killed(tiny_verifier, tmp_path):
         deadline = time.monotonic() + 180
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(map(_alive, workers))
+        survivors = {pid: _proc_status(pid) for pid in workers if _alive(pid)}
+        assert not survivors, f"workers outlived their killed parent by 180 s: {survivors}"
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_worker_that_is_no_longer_its_parents_child_terminates_itself():
+    # The guard beside the parent-death signal: told a parent it does not have, the process ends at once.
+    script = ("import time; from eagle_assets.child_process import exit_when_orphaned; "
+              "exit_when_orphaned(-1, poll_s=0.01); time.sleep(60)")
+    started = time.monotonic()
+    child = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert child.returncode == -signal.SIGTERM and time.monotonic() - started < 30
 
 
 # ---- torchrun training launches ----------------------------------------------------------------------
