@@ -16,15 +16,21 @@ def die_with_parent() -> None:
         return
     import ctypes
 
+    # An ignored SIGTERM is inherited through fork and exec: a parent that ignores it (seen in CI's pytest
+    # process, after some library set it so) would otherwise leave the signal below without effect.
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not this interpreter's main thread: the disposition stays as inherited
+        pass
+
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def exit_when_orphaned(parent_pid: int, poll_s: float = 1.0, grace_s: float = 10.0) -> None:
     """A second guard beside :func:`die_with_parent` for Python workers: a daemon thread that SIGTERMs this
-    process once it is no longer ``parent_pid``'s child (and exits it ``grace_s`` later if that did not),
-    for when the parent-death signal is not delivered (a CI run saw extraction workers outlive their
-    killed parent by minutes) or not supported."""
+    process once it is no longer ``parent_pid``'s child, and exits it ``grace_s`` later if a handler kept
+    it alive; for platforms without the parent-death signal and for parents that die before it is set."""
 
     def watch() -> None:
         while os.getppid() == parent_pid:
