@@ -95,20 +95,20 @@ class ChatPoster:
             try:
                 reply = await (self._send_httpx(data) if self._transport else self._send(data))
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError, httpx.TimeoutException):
-                if last:
-                    raise NoAnswer("timeout", f"no answer within {self.timeout_s:g}s") from None
-                await asyncio.sleep(_backoff_s(retry, None))
-                continue
+                failure = NoAnswer("timeout", f"no answer within {self.timeout_s:g}s")
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, httpx.TransportError) as exc:
-                if last:
-                    raise NoAnswer("connection", repr(exc)) from exc
-                await asyncio.sleep(_backoff_s(retry, None))
+                failure = NoAnswer("connection", repr(exc))
+                failure.__cause__ = exc
+            else:
+                if reply.status < 300:
+                    return reply.body
+                if not _retryable(reply.status) or last:
+                    raise HTTPStatusError(reply.status, _error_message(reply.body))
+                await asyncio.sleep(_backoff_s(retry, reply.retry_after))
                 continue
-            if reply.status < 300:
-                return reply.body
-            if not _retryable(reply.status) or last:
-                raise HTTPStatusError(reply.status, _error_message(reply.body))
-            await asyncio.sleep(_backoff_s(retry, reply.retry_after))
+            if last:
+                raise failure
+            await asyncio.sleep(_backoff_s(retry, None))
         raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
 
     async def _send(self, data: bytes) -> _Reply:

@@ -1,6 +1,7 @@
 """The HTTP library under the installed OpenAI SDK: ``httpx2`` from openai 3 on, ``httpx`` before.
 
-Transports, limits and event hooks handed to the SDK must come from the library it was built on.
+The capture's optional test transports, its server probes (model identity, think markers) and its TLS context
+come from the library the SDK was built on, so one name (``httpx``) serves whichever is installed.
 """
 
 import openai
