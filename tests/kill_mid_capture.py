@@ -1,5 +1,5 @@
-"""A capture killed mid-run for the resume tests: a script materializing reasoning_samples in a child
-process, SIGKILLed once the samples folder holds a few rows.
+"""A capture killed mid-run for the resume tests: reasoning_samples materialized in a child process,
+SIGKILLed once the samples folder holds a few rows.
 
 The child is not raced: once its shard writer has put ``rows`` rows on disk, the writer thread holds
 (answered rows after that stay in memory, requests go on) and the child says so with a file; then it
@@ -9,34 +9,48 @@ it loses what a real kill loses: the rows answered but not yet written, and the 
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-# Prepended to the materializing script; argv[3] is the row count to hold at, argv[4] the file to touch.
-_HOLD_WRITER = '''
-import pathlib as _pathlib, sys as _sys, threading as _threading
-from eagle_assets.generation import store as _store
-_hold_at, _ready = int(_sys.argv[3]), _pathlib.Path(_sys.argv[4])
-_write = _store.ShardWriter._write
-def _write_then_hold(self, rows, path):
-    _write(self, rows, path)
-    if self.rows_written >= _hold_at:
-        _ready.touch()
-        _threading.Event().wait()
-_store.ShardWriter._write = _write_then_hold
+# argv: storage root, base URL, the row count to hold the writer at, the file to touch then, the op config (JSON).
+_SCRIPT = '''
+import json, pathlib, sys, threading
+import dagster as dg
+from eagle_assets.assets import reasoning_samples
+from eagle_assets.generation import store
+from eagle_assets.partitions import source_partitions
+from eagle_assets.resources import StorageRoot, VLLMServer
+
+root, url, hold_at, ready, config = sys.argv[1], sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4]), json.loads(sys.argv[5])
+write = store.ShardWriter._write
+
+def write_then_hold(self, rows, path):
+    write(self, rows, path)
+    if self.rows_written >= hold_at:
+        ready.touch()
+        threading.Event().wait()
+
+store.ShardWriter._write = write_then_hold
+dg.materialize(
+    reasoning_samples.build(source_partitions())["assets"], partition_key="demo",
+    resources={"storage": StorageRoot(root=root), "vllm_server": VLLMServer(mode="external", base_urls=[url])},
+    run_config={"ops": {"reasoning_samples": {"config": config}}},
+)
 '''
 
 
-def kill_after_rows(script: str, tmp_path: Path, storage_root: str, base_url: str, rows: int,
+def kill_after_rows(config: dict, tmp_path: Path, storage_root: str, base_url: str, rows: int,
                     timeout_s: float = 300) -> None:
-    """Run ``script`` (argv: storage root, base URL) and SIGKILL it once its writer has stored ``rows`` rows."""
+    """Materialize reasoning_samples (partition ``demo``, op ``config``) against ``base_url`` in a child
+    process, and SIGKILL it once its writer has stored ``rows`` rows."""
     path, ready = tmp_path / "materialize.py", tmp_path / "writer-held"
-    path.write_text(_HOLD_WRITER + script)
-    child = subprocess.Popen([sys.executable, str(path), storage_root, base_url, str(rows), str(ready)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path.write_text(_SCRIPT)
+    child = subprocess.Popen([sys.executable, str(path), storage_root, base_url, str(rows), str(ready),
+                              json.dumps(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout_s
         while not ready.exists():

@@ -6,7 +6,6 @@ Generation is kept short (few prompts, small max_tokens): the suite runs on 2 CP
 from __future__ import annotations
 
 import json
-import textwrap
 import threading
 import time
 from collections import Counter
@@ -102,30 +101,13 @@ def test_demo_samples_carry_the_verifiers_exact_tokens_and_a_rerun_adds_nothing(
     assert samples_metadata(again)["data_version"] == meta["data_version"]
 
 
-KILL_SCRIPT = textwrap.dedent(
-    """
-    import sys, dagster as dg
-    from eagle_assets.assets import reasoning_samples
-    from eagle_assets.partitions import source_partitions
-    from eagle_assets.resources import StorageRoot, VLLMServer
-    root, url = sys.argv[1], sys.argv[2]
-    dg.materialize(
-        reasoning_samples.build(source_partitions())["assets"], partition_key="demo",
-        resources={"storage": StorageRoot(root=root), "vllm_server": VLLMServer(mode="external", base_urls=[url])},
-        run_config={"ops": {"reasoning_samples": {"config": {
-            "max_tokens": %d, "concurrency": 1, "shard_rows": 2}}}},
-    )
-    """
-    % MAX_TOKENS
-)
-
-
 def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage_root, vllm_server_urls, tmp_path):
     external = VLLMServer(mode="external", base_urls=vllm_server_urls)
     materialize_prompts(storage_root, limit=30)
     wanted = prompt_ids(storage_root)
     folder = storage_root.path("reasoning_samples", "demo")
-    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], rows=4)
+    kill_after_rows({"max_tokens": MAX_TOKENS, "concurrency": 1, "shard_rows": 2},
+                    tmp_path, storage_root.root, vllm_server_urls[0], rows=4)
     before = load_samples(folder)
     assert 0 < pc.sum(pc.equal(before["status"], "ok")).as_py() < len(wanted), "the kill did not land mid-run"
 

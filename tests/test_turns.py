@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -291,23 +290,6 @@ def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(stora
         assert row["input_ids"] == sample["prompt_token_ids"] + sample["token_ids"]
 
 
-KILL_SCRIPT = textwrap.dedent(
-    """
-    import sys, dagster as dg
-    from eagle_assets.assets import reasoning_samples
-    from eagle_assets.partitions import source_partitions
-    from eagle_assets.resources import StorageRoot, VLLMServer
-    root, url = sys.argv[1], sys.argv[2]
-    dg.materialize(
-        reasoning_samples.build(source_partitions())["assets"], partition_key="demo",
-        resources={"storage": StorageRoot(root=root), "vllm_server": VLLMServer(mode="external", base_urls=[url])},
-        run_config={"ops": {"reasoning_samples": {"config": {
-            "turns": "all", "max_tokens": 160, "concurrency": 1, "shard_rows": 1}}}},
-    )
-    """
-)
-
-
 @pytest.mark.integration
 def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_server_urls, tmp_path):
     from eagle_assets.assets import reasoning_samples
@@ -317,7 +299,8 @@ def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_serve
     wanted = Counter((p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8)
                      for t in range(len(user_turns(p["messages"]))))
     folder = storage_root.path("reasoning_samples", PARTITION)
-    kill_after_rows(KILL_SCRIPT, tmp_path, storage_root.root, vllm_server_urls[0], rows=3)
+    kill_after_rows({"turns": "all", "max_tokens": 160, "concurrency": 1, "shard_rows": 1},
+                    tmp_path, storage_root.root, vllm_server_urls[0], rows=3)
     before = load_samples(folder)
     assert 0 < before.num_rows < len(wanted), "the kill did not land mid-run"
 
