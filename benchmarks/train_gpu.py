@@ -29,8 +29,9 @@ metrics every 10th step:
 - ``speculators-wN``: the same CLI given our worker count too (``--num-workers N``): our change *is*
   the loader (its worker count and memory reuse), so both baselines are shown;
 - ``ours-fp8`` (with ``--fp8-features``): ``ours`` on the same rows stored as FP8 (hs-connectors' format,
-  written by the ``hidden_states`` asset's writer from the same random bf16 states), read by speculators'
-  ``fp8`` backend (dequantized in the loader workers); ``fp8_train_throughput_ratio`` = median(ours-fp8) /
+  written by the ``hidden_states`` asset's writer from the same random bf16 states), read through speculators'
+  ``fp8`` backend and kept FP8 until the training device dequantizes each batch
+  (:mod:`eagle_assets.training.device_batches`); ``fp8_train_throughput_ratio`` = median(ours-fp8) /
   median(ours). ``--tiny --fp8-features`` trains both once on CPU and prints the same ratio.
 
 The variants run one after another in a rotating order (repeat 1: A B C, repeat 2: B C A, ...),

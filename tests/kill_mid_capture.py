@@ -25,7 +25,8 @@ from eagle_assets.generation import store
 from eagle_assets.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, VLLMServer
 
-root, url, hold_at, ready, config = sys.argv[1], sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4]), json.loads(sys.argv[5])
+root, url, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[5])
+hold_at, ready = int(sys.argv[3]), pathlib.Path(sys.argv[4])
 write = store.ShardWriter._write
 
 def write_then_hold(self, rows, path):
