@@ -6,11 +6,11 @@ own noise hides that cost in a throughput benchmark (benchmarks/regeneration_vs_
 the server is a canned one in another process (vLLM-shaped answers: ``--completion-tokens`` token ids,
 reasoning text, prompt ids; 20-80 ms per answer), so only the client side is measured:
 
-- ``engine``: :func:`eagle_assets.generation.capture.capture` as the asset runs it (its own aiohttp
+- ``engine``: :func:`eagle_assets.reasoning_samples.capture.capture` as the asset runs it (its own aiohttp
   poster with retries, Parquet shards with exact token ids, progress);
 - ``sdk-loop``: a bare loop through the OpenAI SDK (``client.post`` of the same body, the SDK's aiohttp
   transport, its retries): the SDK's cost per request alone, which the engine paid before
-  ``eagle_assets.generation.chat_http``;
+  ``eagle_assets.reasoning_samples.chat_http``;
 - ``aiohttp-loop``: what speculators' ``regenerate-responses`` does per request, bare: one aiohttp
   session, ``--concurrency`` workers, ``json=`` payloads, ``response.json()``, a JSONL row of
   input ids and loss mask per answer.
@@ -87,8 +87,8 @@ def run_variant(name: str, base_url: str, n: int, concurrency: int, out: Path) -
     """CPU seconds of this process for ``n`` requests (run as ``--variant NAME``)."""
     sys.path.insert(0, str(ROOT))
     if name == "engine":
-        from eagle_assets.generation.capture import capture
-        from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling
+        from eagle_assets.reasoning_samples.capture import capture
+        from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling
 
         requests = [PromptRequest(pid, messages, "train") for pid, messages in prompts(n)]
         started = cpu_seconds()
@@ -113,7 +113,7 @@ def run_variant(name: str, base_url: str, n: int, concurrency: int, out: Path) -
 
     if name == "sdk-loop":
         import openai
-        from eagle_assets.generation.sdk_http import httpx
+        from eagle_assets.reasoning_samples.sdk_http import httpx
 
         async def sdk_loop() -> None:
             limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)

@@ -1,7 +1,7 @@
 """FP8 versus bf16 hidden states on the demo: bytes per token, and the vLLM-measured acceptance length of
 a draft trained on each.
 
-The demo graph (``eagle_assets.demo.run_demo``: prompts, reasoning samples from the verifier through vLLM,
+The demo graph (``eagle_assets.demo.command.run_demo``: prompts, reasoning samples from the verifier through vLLM,
 token sequences, hidden states, the EAGLE-3 checkpoint, its vLLM evaluation, with the demo's settings)
 runs twice on one storage root and one Dagster instance, first with ``verifier.feature_dtype: bfloat16``,
 then ``fp8``. The second run reuses the first one's prompts, samples and token sequences (same data), writes
@@ -27,8 +27,8 @@ import dagster as dg
 import pyarrow.parquet as pq
 
 from eagle_assets.definitions import build_definitions
-from eagle_assets.demo import run_demo, summarize
-from eagle_assets.hidden_state_files import INDEX_FILE
+from eagle_assets.demo.command import run_demo, summarize
+from eagle_assets.hidden_states.files import INDEX_FILE
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
 DTYPES = ("bfloat16", "fp8")

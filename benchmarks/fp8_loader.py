@@ -11,7 +11,7 @@ collate (EAGLE-3's shift included). Variants:
 
 - ``bf16``: speculators' ``ArrowDataset`` + ``CollateFn`` over the ``file`` backend;
 - ``fp8-speculators``: the same over hs-connectors' ``fp8`` backend (each sample dequantized on the CPU);
-- ``fp8-ours``: :class:`~eagle_assets.training.device_batches.Fp8OnDeviceDataset` +
+- ``fp8-ours``: :class:`~eagle_assets.eagle3_checkpoint.trainer_process.device_batches.Fp8OnDeviceDataset` +
   ``ScalesKeptCollate`` over the same ``fp8`` backend (values stay fp8; scales ride along).
 
 One thread (a worker's setting: ``torch.set_num_threads(1)``), files in the page cache (each variant
@@ -54,10 +54,10 @@ def main() -> None:
     from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
     from transformers import LlamaConfig
 
-    from eagle_assets.hidden_state_files import TRAINER_BACKENDS
-    from eagle_assets.training.data_dir import build_training_data
-    from eagle_assets.training.device_batches import Fp8OnDeviceDataset, ScalesKeptCollate
-    from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features
+    from eagle_assets.hidden_states.files import TRAINER_BACKENDS
+    from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import Fp8OnDeviceDataset, ScalesKeptCollate
+    from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features
 
     torch.set_num_threads(1)
     shutil.rmtree(args.work, ignore_errors=True)

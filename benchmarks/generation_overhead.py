@@ -2,7 +2,7 @@
 
 Both send the same prompts (the demo source) to the same real vLLM
 server, ``--concurrency`` in flight; they run alternately, ``--repeats`` times each, so drift in
-the machine's load hits both. The asset path is :func:`eagle_assets.generation.capture.capture`
+the machine's load hits both. The asset path is :func:`eagle_assets.reasoning_samples.capture.capture`
 (engine + Parquet shards + progress), exactly what the asset runs. Throughput is output tokens per
 second of wall time; the ratio is median(asset) / median(bare). The client's own CPU seconds per
 1000 output tokens are printed too: on a shared machine they show the overhead without the server's
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import openai
 
-from eagle_assets.generation.capture import capture
-from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling
+from eagle_assets.reasoning_samples.capture import capture
+from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling
 from eagle_assets.plugin_manager import dataset_source
-from eagle_assets.prompt_collection import collect
+from eagle_assets.prompts.collection import collect
 from eagle_assets.resources import VLLMServer
 
 

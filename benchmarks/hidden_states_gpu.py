@@ -57,7 +57,7 @@ def _import_project() -> None:
 
 _import_project()
 
-from eagle_assets.hidden_state_files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
+from eagle_assets.hidden_states.files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
 from eagle_assets.plugins.transformers_backend import HiddenStateExtractor  # noqa: E402
 
 LLAMA_31_8B = dict(

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from eagle_assets.plugin_manager import dataset_source
-from eagle_assets.prompt_collection import collect
+from eagle_assets.prompts.collection import collect
 
 
 def write_rows(path: Path, rows: int) -> None:

@@ -2,7 +2,7 @@
 trained on the dataset's original responses.
 
 Same prompts (the ``demo`` source by default), same training recipe (the demo's, from
-``eagle_assets.demo.DEMO_OPS``), same verifier; only the training text differs:
+``eagle_assets.demo.command.DEMO_OPS``), same verifier; only the training text differs:
 
 * **reasoning** — the pipeline as it is: the verifier regenerates every train prompt through vLLM
   (``reasoning_samples``), rows are its exact tokens (``token_sequences``);
@@ -29,16 +29,20 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eagle_assets.assets import eagle3_checkpoint, hidden_states, prompts, reasoning_samples, token_sequences
-from eagle_assets.assets.token_sequences import renderer
+from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
+from eagle_assets.hidden_states import asset as hidden_states
+from eagle_assets.prompts import asset as prompts
+from eagle_assets.reasoning_samples import asset as reasoning_samples
+from eagle_assets.token_sequences import asset as token_sequences
+from eagle_assets.token_sequences.asset import renderer
 from eagle_assets.definitions import build_definitions
-from eagle_assets.demo import DEMO_OPS
-from eagle_assets.evaluation.eval_sets import heldout_set, trained_on
-from eagle_assets.evaluation.run import evaluate, replaced
-from eagle_assets.partitions import add_training_run, source_partitions
+from eagle_assets.demo.command import DEMO_OPS
+from eagle_assets.eagle3_eval.eval_sets import heldout_set, trained_on
+from eagle_assets.eagle3_eval.evaluate import evaluate, replaced
+from eagle_assets.orchestration.partitions import add_training_run, source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.storage import write_parquet
-from eagle_assets.tokenization import SEQUENCES_FILE, Policy, build_rows
+from eagle_assets.core.files import write_parquet
+from eagle_assets.token_sequences.build import SEQUENCES_FILE, Policy, build_rows
 
 FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
 TRAINING_SPLITS = {"config": {"splits": ["train", "validation"]}}

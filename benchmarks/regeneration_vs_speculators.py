@@ -4,7 +4,7 @@ Both regenerate the same prompts against the same real vLLM server (the tiny ver
 or ``--base-url``), with the same concurrency, sampling and ``max_tokens``, alternating, ``--repeats``
 times each after one untimed warm-up of each:
 
-- ``ours``: :func:`eagle_assets.generation.capture.capture` -- exactly what the ``reasoning_samples``
+- ``ours``: :func:`eagle_assets.reasoning_samples.capture.capture` -- exactly what the ``reasoning_samples``
   asset runs (engine, Parquet shards with exact token ids, progress), called in this process;
 - ``speculators``: ``python -m speculators regenerate-responses`` (speculators 0.9.0) on a JSONL file of
   the same conversations, as its maintainers run it: ``--concurrency`` as ours, ``--sampling-params``
@@ -44,10 +44,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.generation_overhead import PrintLog  # noqa: E402
-from eagle_assets.generation.capture import capture  # noqa: E402
-from eagle_assets.generation.engine import ClientSettings, PromptRequest, Sampling  # noqa: E402
+from eagle_assets.reasoning_samples.capture import capture  # noqa: E402
+from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling  # noqa: E402
 from eagle_assets.plugin_manager import dataset_source  # noqa: E402
-from eagle_assets.prompt_collection import collect  # noqa: E402
+from eagle_assets.prompts.collection import collect  # noqa: E402
 from eagle_assets.resources import VLLMServer  # noqa: E402
 
 PIPELINE_LINE = re.compile(r"Pipeline complete in ([0-9.]+)s")

@@ -4,7 +4,7 @@
     python benchmarks/scaling_gpu.py --gpus 2 --only extract
     python benchmarks/scaling_gpu.py --tiny                # CPU smoke run: 1 vs 2 CPU processes, tiny shapes
 
-Extraction runs the ``hidden_states`` asset's own path, :func:`eagle_assets.parallel_extraction.extract_on_devices`
+Extraction runs the ``hidden_states`` asset's own path, :func:`eagle_assets.hidden_states.parallel.extract_on_devices`
 with the ``transformers`` backend: in-process on one device, else one worker process per device, each
 loading a random-weight verifier of ``benchmarks/hidden_states_gpu.py``'s shape from disk. Both runs get
 the same rows (fixed length, ``--rows-per-gpu`` x N) and write every file for real (safetensors, sha256,
@@ -13,7 +13,7 @@ disk does not fill. Throughput = the sum over devices of each device's tokens/s 
 sample to its last (model loading excluded; its cost shows in the end-to-end rate, printed too).
 
 Training runs ``benchmarks/train_gpu.py``'s setup (head-only verifier, random bf16 features, 1-layer
-EAGLE-3 draft, draft vocab 32000, 8192-token packed rows) through :func:`eagle_assets.training.runner.train`
+EAGLE-3 draft, draft vocab 32000, 8192-token packed rows) through :func:`eagle_assets.eagle3_checkpoint.trainer.train`
 with ``num_processes`` 1 and N (``torchrun``, DDP; NCCL with NVLink multicast off). Throughput = tokens
 speculators' sampler packs into epochs 2..E over all ranks / wall time of those epochs on rank 0.
 
@@ -42,13 +42,13 @@ import train_gpu as training_bench  # noqa: E402
 import torch  # noqa: E402
 
 from eagle_assets.backends import ExtractionRequest  # noqa: E402
-from eagle_assets.parallel_extraction import extract_on_devices  # noqa: E402
+from eagle_assets.hidden_states.parallel import extract_on_devices  # noqa: E402
 from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND  # noqa: E402
-from eagle_assets.training import runner  # noqa: E402
-from eagle_assets.training.data_dir import build_training_data  # noqa: E402
-from eagle_assets.training.settings import TrainingSettings  # noqa: E402
-from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
-from eagle_assets.training.vocab import build_draft_vocab  # noqa: E402
+from eagle_assets.eagle3_checkpoint import trainer# noqa: E402
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
+from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
+from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
+from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
 
 def devices_for(count: int, tiny: bool) -> list[str]:
     return ["cpu"] * count if tiny else [f"cuda:{i}" for i in range(count)]
@@ -93,7 +93,7 @@ def training_rate(n: int, data, vocab, verifier: Path, work: Path, epochs: int, 
     settings = TrainingSettings(epochs=epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
                                 early_stop_patience=0, num_processes=n)
     log = training_bench.StampedLog(f"train x{n}")
-    runner.train(data, vocab, str(verifier), settings, work, log)
+    trainer.train(data, vocab, str(verifier), settings, work, log)
     tokens = sum(training_bench.tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e, replicas=n)
                  for e in range(1, epochs))
     return tokens / log.epoch_seconds(epochs)

@@ -11,12 +11,12 @@ of the ``hidden_states`` asset. Every run trains a 1-layer EAGLE-3 draft (draft 
 8192-token packed rows, Muon, lr 1e-3, seed 0) on the same training folder, and every run records its
 metrics every 10th step:
 
-- ``ours``: the ``eagle3_checkpoint`` asset's command (:mod:`eagle_assets.training.runner`): speculators'
+- ``ours``: the ``eagle3_checkpoint`` asset's command (:mod:`eagle_assets.eagle3_checkpoint.trainer`): speculators'
   trainer with one loader worker per spare CPU core (15 on a 16-core H200 host) whose large buffers stay
-  mapped between batches (:mod:`eagle_assets.training.loader_workers`), batches copied to the GPU a step
-  ahead (:mod:`eagle_assets.training.device_batches`), no per-step host syncs
-  (:mod:`eagle_assets.training.host_syncs`) and speculators' fused loss, callable under torch.compile
-  through :mod:`eagle_assets.training.fused_loss`;
+  mapped between batches (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.loader_workers`), batches copied to the GPU a step
+  ahead (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`), no per-step host syncs
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`) and speculators' fused loss, callable under torch.compile
+  through :mod:`eagle_assets.eagle3_checkpoint.trainer_process.fused_loss`;
 - ``speculators``: ``python -m speculators train`` with the same model/data flags, ``--log-freq 10`` (its
   own code says to keep log_freq > 1 for speed), ``--loss-implementation eager`` and its own defaults
   otherwise (12 loader workers). Its default loss, ``fused``, fails under torch.compile on torch 2.11:
@@ -31,7 +31,7 @@ metrics every 10th step:
 - ``ours-fp8`` (with ``--fp8-features``): ``ours`` on the same rows stored as FP8 (hs-connectors' format,
   written by the ``hidden_states`` asset's writer from the same random bf16 states), read through speculators'
   ``fp8`` backend and kept FP8 until the training device dequantizes each batch
-  (:mod:`eagle_assets.training.device_batches`); ``fp8_train_throughput_ratio`` = median(ours-fp8) /
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`); ``fp8_train_throughput_ratio`` = median(ours-fp8) /
   median(ours). ``--tiny --fp8-features`` trains both once on CPU and prints the same ratio.
 
 The variants run one after another in a rotating order (repeat 1: A B C, repeat 2: B C A, ...),
@@ -69,12 +69,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
-from eagle_assets.training import runner  # noqa: E402
-from eagle_assets.training.data_dir import build_training_data  # noqa: E402
-from eagle_assets.training.loader_workers import gpu_worker_count  # noqa: E402
-from eagle_assets.training.settings import TrainingSettings  # noqa: E402
-from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
-from eagle_assets.training.vocab import build_draft_vocab  # noqa: E402
+from eagle_assets.eagle3_checkpoint import trainer# noqa: E402
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
+from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
+from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
+from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
 
 LLAMA_31_8B = dict(
     vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -157,11 +157,11 @@ def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, la
     (training data, vocab) of the fp8-stored copy of the rows, for ``ours-fp8``."""
 
     def ours(save: Path, data=data, vocab=vocab) -> list[str]:
-        argv = runner.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
-        return runner.launch_command(settings, save / "metrics.jsonl", argv)
+        argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
+        return trainer.launch_command(settings, save / "metrics.jsonl", argv)
 
     def gpu_bound(save: Path) -> list[str]:
-        argv = runner.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
+        argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
         return [sys.executable, str(ROOT / "benchmarks" / "train_step_probe.py"), *probe_args,
                 "--metrics-file", str(save / "metrics.jsonl"), "--", *argv]
 
@@ -191,9 +191,9 @@ def timed_run(name: str, command: list[str], save: Path, epochs: int) -> Stamped
     raises ``TrainingFailed`` if it ends before."""
     save.mkdir(parents=True)
     log = StampedLog(name, quiet=True)
-    runner.run_streaming(command, log, cwd=save, done=lambda: (epochs, "completed") in log.marks)
+    trainer.run_streaming(command, log, cwd=save, done=lambda: (epochs, "completed") in log.marks)
     if (epochs, "completed") not in log.marks:
-        raise runner.TrainingFailed(f"{name} exited before epoch {epochs}/{epochs} completed")
+        raise trainer.TrainingFailed(f"{name} exited before epoch {epochs}/{epochs} completed")
     return log
 
 
@@ -220,9 +220,9 @@ def probe_run(name: str, command: list[str], save: Path, loss: str) -> tuple[flo
     """The gpu-bound probe: (tokens/s of resident steps with ``loss``, start-up seconds, its log)."""
     save.mkdir(parents=True)
     log = ProbeLog(name)
-    runner.run_streaming(command, log, cwd=save)
+    trainer.run_streaming(command, log, cwd=save)
     if loss not in log.rates:
-        raise runner.TrainingFailed(f"{name} printed no resident rate for the {loss} loss")
+        raise trainer.TrainingFailed(f"{name} printed no resident rate for the {loss} loss")
     return log.rates[loss], log.probing - log.created, log
 
 
@@ -291,9 +291,9 @@ def main() -> None:
     settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
                                 early_stop_patience=0, log_every_steps=10)
     if device == "cpu":  # no baseline on CPU: our path once (and on fp8 features), through the asset's entry point
-        runs = {"ours": runner.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))}
+        runs = {"ours": trainer.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))}
         if fp8 is not None:
-            runs["ours-fp8"] = runner.train(*fp8, str(verifier), settings, work, StampedLog("ours-fp8"))
+            runs["ours-fp8"] = trainer.train(*fp8, str(verifier), settings, work, StampedLog("ours-fp8"))
         for name, run in runs.items():
             print(f"{name}: {run.summary.get('tokens_per_s') or 0:.0f} tok/s (speculators' step records), "
                   f"val loss {run.summary['val_loss']:.4f}", flush=True)
@@ -380,7 +380,7 @@ def main() -> None:
                 startups[name].append(startup)
                 lines.append(line)
                 record.update(tokens_per_s=rate, startup_s=startup, line=line)
-            except runner.TrainingFailed as failure:
+            except trainer.TrainingFailed as failure:
                 line = f"run repeat={repeat + 1} {name}: FAILED: {str(failure)[-1500:]}"
                 failures.append(line)
                 record.update(failed=True, line=line)

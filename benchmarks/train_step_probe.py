@@ -3,7 +3,7 @@
     python benchmarks/train_step_probe.py [--resident-batches 8] [--steps 60] [--losses fused eager]
                                           [--profile-steps 20] -- <speculators train flags>
 
-Starts the training process exactly as ``eagle_assets.training.launch`` does (speculators' config, draft,
+Starts the training process exactly as ``eagle_assets.eagle3_checkpoint.trainer_process.launch`` does (speculators' config, draft,
 loaders and trainer, with this project's additions), then, instead of training epochs:
 
 1. takes the first ``--resident-batches`` batches of the real training loader and keeps them on the GPU;
@@ -12,7 +12,7 @@ loaders and trainer, with this project's additions), then, instead of training e
    ``probe resident loss=<impl> ... tokens_per_s=<rate>`` -- the step rate with no data loading at all
    (same draft, same loss, same step code), the ceiling the real loader path is measured against;
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
-   copies put back (see :mod:`eagle_assets.training.host_syncs`), to show what removing them is worth;
+   copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), to show what removing them is worth;
 3. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
    host time per step spent waiting for the device, the device's busy share, and the top host ops.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eagle_assets.training import launch  # noqa: E402
+from eagle_assets.eagle3_checkpoint.trainer_process import launch# noqa: E402
 
 PROBE_LINE = "probe resident"
 
@@ -60,7 +60,7 @@ def use_loss(trainer, implementation: str) -> None:
         for name, (_fn, weight) in list(config.items()):
             config[name] = (_LOSS_FN_MAPS[implementation][name], weight)
     if implementation == "fused":
-        from eagle_assets.training import fused_loss
+        from eagle_assets.eagle3_checkpoint.trainer_process import fused_loss
 
         fused_loss.install()
 

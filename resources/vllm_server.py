@@ -54,7 +54,7 @@ from eagle_assets.resources.server_process import (
     stop_process_group,
 )
 from eagle_assets.resources.server_registry import DEFAULT_IDLE_STOP_S, HOSTNAME_KEY, stop_idle_servers, this_host
-from eagle_assets.storage import write_json
+from eagle_assets.core.files import write_json
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
@@ -159,7 +159,7 @@ class VLLMServer(dg.ConfigurableResource):
     def resolved_model(self) -> str:
         if self.model:
             return self.model
-        from eagle_assets.embedded_verifiers import embedded_verifier
+        from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
         return str(embedded_verifier(self.embedded).path())
 
@@ -180,7 +180,7 @@ class VLLMServer(dg.ConfigurableResource):
         # One access-log line per request would flood the step log at 200 in flight.
         argv.append("--disable-uvicorn-access-log")
         if not self.model:
-            from eagle_assets.embedded_verifiers import embedded_verifier
+            from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
             argv += embedded_verifier(self.embedded).serve_args
         return argv + list(self.extra_args)

@@ -2,7 +2,7 @@
 
     python scripts/make_demo_prompts.py
 
-``demo_prompts.jsonl`` (source ``demo``): arithmetic questions in ``eagle_assets.arithmetic``'s phrasings
+``demo_prompts.jsonl`` (source ``demo``): arithmetic questions in ``eagle_assets.tiny_verifier.arithmetic``'s phrasings
 (the tiny verifier's own) with terse "textbook" original answers, a style unlike the verifier's worked
 solutions, and general-chat rows with short human-written answers, some multi-turn and some with a
 system prompt. Every row is in the OpenAI ``messages`` shape with the original answer as the final
@@ -21,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-from eagle_assets.arithmetic import Problem, make_problem, problem_group, textbook_answer
+from eagle_assets.tiny_verifier.arithmetic import Problem, make_problem, problem_group, textbook_answer
 
 SEED = 20240601
 ARITHMETIC_ROWS = 640
@@ -31,7 +31,7 @@ OOD_OUT = DATA / "demo_ood_prompts.jsonl"
 OOD_SEED = 20240602
 OOD_ROWS = 48
 
-# Wordings none of eagle_assets.arithmetic.QUESTION_TEMPLATES uses, per operator.
+# Wordings none of eagle_assets.tiny_verifier.arithmetic.QUESTION_TEMPLATES uses, per operator.
 OOD_TEMPLATES = {
     "+": ("I had {a} marbles and found {b} more. How many marbles do I have now?",
           "Find the sum of {a} and {b}.",

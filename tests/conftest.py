@@ -78,7 +78,7 @@ KIMI_TEST_PORTS = range(8350, 8400)
 @pytest.fixture(scope="session")
 def kimi_server_config(tiny_kimi, tmp_path_factory):
     """The VLLMServer resource serving tiny-kimi as the demo does (kimi_k2 parser, vision inputs off)."""
-    from eagle_assets.embedded_verifiers import embedded_resources
+    from eagle_assets.tiny_verifier.embedded import embedded_resources
 
     return embedded_resources(
         "tiny-kimi", port=_free_port(KIMI_TEST_PORTS), max_model_len=16384, max_num_seqs=256,

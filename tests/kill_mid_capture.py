@@ -20,9 +20,9 @@ from pathlib import Path
 _SCRIPT = '''
 import json, pathlib, sys, threading
 import dagster as dg
-from eagle_assets.assets import reasoning_samples
-from eagle_assets.generation import store
-from eagle_assets.partitions import source_partitions
+from eagle_assets.reasoning_samples import asset as reasoning_samples
+from eagle_assets.reasoning_samples import store
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, VLLMServer
 
 root, url, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[5])

@@ -183,7 +183,7 @@ def test_vllm_engine_config_resolves_the_extraction_setup(tiny_verifier, tmp_pat
     assert config.speculative_config.method == "extract_hidden_states"
     assert config.speculative_config.draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids == [1, 2, 3, 4]
     assert config.kv_transfer_config.kv_connector == "CPUSafeHiddenStatesConnector"
-    assert config.kv_transfer_config.kv_connector_module_path == "eagle_assets.extraction.connector"
+    assert config.kv_transfer_config.kv_connector_module_path == "eagle_assets.hidden_states.vllm_connector"
     assert config.kv_transfer_config.kv_connector_extra_config == {"shared_storage_path": str(tmp_path)}
     assert not config.cache_config.enable_prefix_caching and not config.scheduler_config.enable_chunked_prefill
 
@@ -218,8 +218,8 @@ def test_vllm_extraction_removes_its_temporary_scratch_when_the_engine_fails_to_
 def test_fp8_storage_selects_hs_connectors_fp8_connector(tmp_path):
     from hs_connectors.fp8_hidden_states_connector import FP8HiddenStatesConnector
 
-    from eagle_assets.extraction import connector
-    from eagle_assets.extraction.vllm_engine import kv_transfer_config
+    from eagle_assets.hidden_states import vllm_connector as connector
+    from eagle_assets.hidden_states.vllm_engine import kv_transfer_config
 
     name = kv_transfer_config(tmp_path, "fp8")["kv_connector"]
     assert issubclass(getattr(connector, name), FP8HiddenStatesConnector)

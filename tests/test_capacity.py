@@ -21,7 +21,7 @@ from eagle_assets.capacity import (
     measure_token_stats,
 )
 from eagle_assets.cli import app
-from eagle_assets.splits import TRAIN, prompts_file
+from eagle_assets.prompts.splits import TRAIN, prompts_file
 
 runner = CliRunner()
 

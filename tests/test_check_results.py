@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import dagster as dg
 
-from eagle_assets.assets import prompts
-from eagle_assets.assets.draft_check_results import (
+from eagle_assets.prompts import asset as prompts
+from eagle_assets.eagle3_checkpoint.checks import (
     acceptance_check_result,
     learned_check_result,
     loads_check_result,
     matches_verifier_check_result,
 )
-from eagle_assets.assets.reasoning_samples import error_rate_check_result, truncation_check_result
-from eagle_assets.assets.token_sequences import drift_check_result
-from eagle_assets.prompt_collection import Collection
-from eagle_assets.prompt_records import Skip
-from eagle_assets.tokenization import DriftReport
+from eagle_assets.reasoning_samples.asset import error_rate_check_result, truncation_check_result
+from eagle_assets.token_sequences.asset import drift_check_result
+from eagle_assets.prompts.collection import Collection
+from eagle_assets.prompts.records import Skip
+from eagle_assets.token_sequences.build import DriftReport
 
 SAMPLES = {"prompts_selected": 50, "requests_selected": 50, "ok": 40, "errors": 6, "missing": 4, "error_rate": 0.2,
            "truncated": 12, "truncation_rate": 0.3}

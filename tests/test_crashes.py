@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from eagle_assets.generation.store import shard_paths
-from eagle_assets.storage import file_sha256
+from eagle_assets.reasoning_samples.store import shard_paths
+from eagle_assets.core.files import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -215,7 +215,7 @@ BLOCKED_DEMO_STEP = """
 import sys, dagster as dg
 from eagle_assets.definitions import build_definitions
 from eagle_assets.resources import StorageRoot
-from eagle_assets.runs import in_process_runs
+from eagle_assets.orchestration.recovery import in_process_runs
 defs = build_definitions({"storage": StorageRoot(root=sys.argv[1])})
 with dg.DagsterInstance.get() as instance, in_process_runs(instance, by="test") as worker:
     dg.materialize([*defs.assets], selection=["hidden_states"], partition_key="demo", instance=instance,
@@ -294,8 +294,9 @@ class AnswerClock(ThreadingHTTPServer):
 
 FLUSHED_BY_TIME = """
 import sys, dagster as dg
-from eagle_assets.assets import prompts, reasoning_samples
-from eagle_assets.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts
+from eagle_assets.reasoning_samples import asset as reasoning_samples
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, VLLMServer
 parts = source_partitions()
 dg.materialize(

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 # `make demo VERIFIER=...`: the default tiny Qwen3, and tiny-kimi (Kimi-K2.5-shaped, extracted through vLLM).
 @pytest.fixture(scope="module", params=["tiny-qwen3", "tiny-kimi"])
 def demo_output(request, tmp_path_factory):
-    from eagle_assets.embedded_verifiers import embedded_verifier
+    from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
     verifier = request.param
     embedded_verifier(verifier).path()  # built (or taken from the cache) before the timeout starts
@@ -40,8 +40,8 @@ def _value(output: str, key: str) -> str:
 
 
 def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(demo_output):
-    from eagle_assets.demo import demo_ops
-    from eagle_assets.embedded_verifiers import embedded_verifier
+    from eagle_assets.demo.command import demo_ops
+    from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
     output, _, verifier = demo_output
     checkpoint = Path(_value(output, "checkpoint"))

@@ -6,10 +6,10 @@ import dagster as dg
 import pytest
 import pyarrow.parquet as pq
 
-from eagle_assets.assets import prompts as prompts_family
-from eagle_assets.demo import run_demo, summarize
-from eagle_assets.jobs import plan
-from eagle_assets.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts_family
+from eagle_assets.demo.command import run_demo, summarize
+from eagle_assets.orchestration.jobs import plan
+from eagle_assets.orchestration.partitions import source_partitions
 
 
 def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storage_root):

@@ -6,10 +6,10 @@ import sys
 
 import dagster as dg
 
-from eagle_assets.assets import prompts as prompts_family
-from eagle_assets.demo import run_demo
-from eagle_assets.demo_display import StageDisplay
-from eagle_assets.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts_family
+from eagle_assets.demo.command import run_demo
+from eagle_assets.demo.display import StageDisplay
+from eagle_assets.orchestration.partitions import source_partitions
 
 
 def test_status_line_shows_the_count_as_a_bar_and_skips_forwarded_server_lines():
@@ -39,7 +39,7 @@ def test_output_goes_to_the_log_file_children_included_and_the_terminal_gets_onl
     log = tmp_path / "logs" / "demo.log"
     script = (
         "import os, sys, pathlib\n"
-        "from eagle_assets.demo_display import output_to_file\n"
+        "from eagle_assets.demo.display import output_to_file\n"
         "with output_to_file(pathlib.Path(sys.argv[1])) as terminal:\n"
         "    print('python print')\n"
         "    sys.stderr.write('a warning\\n')\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle_assets.training.data_dir import build_training_data
-from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features
 
 HIDDEN, LAYERS, ROW = 64, [1, 2, 3, 4], 96
 
@@ -39,7 +39,7 @@ def test_fp8_batches_dequantized_after_collate_equal_speculators_dequantizing_pe
     import torch
     from speculators.train.data import ArrowDataset, CollateFn
 
-    from eagle_assets.training.device_batches import (
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
         DeviceBatches, Fp8OnDeviceDataset, ScalesKeptCollate, dequantize_features,
     )
 
@@ -64,7 +64,7 @@ def test_bf16_samples_pass_through_unchanged(tmp_path):
     import torch
     from speculators.models.eagle3.data import shift_batch
 
-    from eagle_assets.training.device_batches import ScalesFollowFeatures
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import ScalesFollowFeatures
 
     sample = {"input_ids": torch.arange(5), "hidden_states": torch.randn(5, 6), "loss_mask": torch.ones(5),
               "verifier_last_hidden_states": torch.randn(5, 2), "lengths": torch.tensor([5]),
@@ -77,7 +77,7 @@ def test_bf16_samples_pass_through_unchanged(tmp_path):
 def test_scalar_metrics_are_built_on_the_device_without_a_blocking_copy():
     import torch
 
-    from eagle_assets.training import host_syncs
+    from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs
 
     host_syncs.install()
     from speculators.train import trainer
@@ -111,7 +111,7 @@ def test_the_next_epoch_starts_loading_once_this_one_is_in_hand_with_the_batches
     import torch
     from torch.utils.data import DataLoader
 
-    from eagle_assets.training.device_batches import DeviceBatches
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches
 
     def epochs_of(loader, sampler, epochs):
         seen = []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_assets.evaluation.metrics import SpecDecodeCounters, metrics_url, parse_metrics
+from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters, metrics_url, parse_metrics
 
 DATA = Path(__file__).parent / "data"
 
@@ -63,7 +63,7 @@ def test_metrics_url():
 def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
     import json
 
-    from eagle_assets.evaluation.run import EvaluationError, speculative_server
+    from eagle_assets.eagle3_eval.evaluate import EvaluationError, speculative_server
     from eagle_assets.resources import VLLMServer
 
     base = VLLMServer(model="/models/verifier", port=8000, max_model_len=4096, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
@@ -117,7 +117,7 @@ def _constant_draft():
 def test_simulated_acceptance_known_answer():
     import torch
 
-    from eagle_assets.evaluation.simulated import GreedySample, draft_proposals, simulate
+    from eagle_assets.eagle3_checkpoint.simulated import GreedySample, draft_proposals, simulate
 
     draft = _constant_draft()
     # prompt [1, 4], greedy completion [2, 2, 2, 6, 2, 2, 7]; the draft always proposes 2.
@@ -136,7 +136,7 @@ def test_simulated_acceptance_known_answer():
 def test_simulated_acceptance_needs_generated_tokens():
     import torch
 
-    from eagle_assets.evaluation.simulated import GreedySample, simulate
+    from eagle_assets.eagle3_checkpoint.simulated import GreedySample, simulate
 
     draft = _constant_draft()
     ids = torch.tensor([1, 4, 2])
@@ -150,7 +150,7 @@ def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]])
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from eagle_assets.splits import prompts_file
+    from eagle_assets.prompts.splits import prompts_file
 
     path = prompts_file(root, partition)
     path.parent.mkdir(parents=True)
@@ -162,7 +162,7 @@ def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]])
 def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
     """Every held-out problem trained on (prompts re-split after training), or no heldout rows at all:
     eagle3_eval stops before starting a server, saying which and what to re-materialize."""
-    from eagle_assets.evaluation.eval_sets import EvalSetError, TrainedOn, heldout_set, require_prompts
+    from eagle_assets.eagle3_eval.eval_sets import EvalSetError, TrainedOn, heldout_set, require_prompts
 
     _write_prompts(tmp_path, "resplit", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3")])
     trained = TrainedOn(prompt_ids=frozenset({"c"}), group_ids=frozenset({"g1", "g2", "g3"}))
@@ -177,8 +177,8 @@ def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
 
 
 def test_a_served_run_without_rows_is_an_evaluation_error():
-    from eagle_assets.evaluation.run import EvaluationError, _check_speculating
-    from eagle_assets.evaluation.served import ServedRun
+    from eagle_assets.eagle3_eval.evaluate import EvaluationError, _check_speculating
+    from eagle_assets.eagle3_eval.served import ServedRun
 
     empty = ServedRun(SpecDecodeCounters(), rows=[], wall_s=0.0, server_model="m", vllm_version="v")
     with pytest.raises(EvaluationError, match="no out-of-distribution request was sent"):
@@ -214,7 +214,7 @@ def server_info_answering():
 @pytest.mark.parametrize("status, body, said", [(500, b"boom", "HTTP 500 Internal Server Error"),
                                                 (404, b"", "HTTP 404 Not Found"), (200, b"<html>", "no JSON")])
 def test_an_unreadable_server_info_is_a_served_draft_error_naming_dev_mode(server_info_answering, status, body, said):
-    from eagle_assets.evaluation.served import SERVER_INFO, ServedDraftError, served_speculative_config
+    from eagle_assets.eagle3_eval.served import SERVER_INFO, ServedDraftError, served_speculative_config
 
     server_info_answering.update(status=status, body=body)
     url = server_info_answering["url"]
@@ -228,7 +228,7 @@ def test_an_unreadable_server_info_is_a_served_draft_error_naming_dev_mode(serve
 def test_server_info_names_the_served_draft(server_info_answering):
     import json
 
-    from eagle_assets.evaluation.served import served_speculative_config
+    from eagle_assets.eagle3_eval.served import served_speculative_config
 
     spec = {"method": "eagle3", "model": "/ckpt/0123", "num_speculative_tokens": 3}
     server_info_answering["body"] = json.dumps({"vllm_config": {"speculative_config": spec}}).encode()
@@ -258,11 +258,14 @@ def evaluated(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_fact
     ``defs``, ``resources``."""
     import dagster as dg
 
-    from eagle_assets.assets import (
-        eagle3_checkpoint, eagle3_eval, hidden_states, prompts, reasoning_samples, token_sequences,
-    )
-    from eagle_assets.demo import DEMO_OPS
-    from eagle_assets.partitions import add_training_run, source_partitions
+    from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
+    from eagle_assets.eagle3_eval import asset as eagle3_eval
+    from eagle_assets.hidden_states import asset as hidden_states
+    from eagle_assets.prompts import asset as prompts
+    from eagle_assets.reasoning_samples import asset as reasoning_samples
+    from eagle_assets.token_sequences import asset as token_sequences
+    from eagle_assets.demo.command import DEMO_OPS
+    from eagle_assets.orchestration.partitions import add_training_run, source_partitions
     from eagle_assets.resources import StorageRoot, Verifier
 
     parts = source_partitions()
@@ -435,9 +438,9 @@ def test_eval_refuses_an_external_server_that_does_not_serve_the_checkpoint(vllm
                                                                              tmp_path):
     """The session's server speculates with nothing: eagle3_eval's path refuses before sending a request,
     naming the fix. Its engine config (/server_info, dev mode on in the session server) says so."""
-    from eagle_assets.evaluation.run import EvaluationError, evaluate, replaced
-    from eagle_assets.evaluation.served import served_speculative_config
-    from eagle_assets.generation.engine import PromptRequest
+    from eagle_assets.eagle3_eval.evaluate import EvaluationError, evaluate, replaced
+    from eagle_assets.eagle3_eval.served import served_speculative_config
+    from eagle_assets.reasoning_samples.engine import PromptRequest
 
     assert served_speculative_config(vllm_server_urls[0]) is None
     external = replaced(vllm_server_config, mode="external", base_urls=list(vllm_server_urls))

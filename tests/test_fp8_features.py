@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from eagle_assets.training.data_dir import TrainingDataError, build_training_data
-from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features
+from eagle_assets.eagle3_checkpoint.training_data import TrainingDataError, build_training_data
+from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features
 
 HIDDEN, LAYERS = 64, [1, 2, 3, 4]
 
@@ -29,7 +29,7 @@ def test_fp8_training_folder_reads_back_through_speculators_and_never_mixes_dtyp
     from hs_connectors import HiddenStatesBackend
     from speculators.train.data import ArrowDataset
 
-    from eagle_assets.hidden_state_files import TRAINER_BACKENDS
+    from eagle_assets.hidden_states.files import TRAINER_BACKENDS
 
     verifier = head_only_verifier(tmp_path / "verifier")
     built = {}
@@ -63,9 +63,11 @@ def test_a_draft_trains_on_fp8_features_of_the_tiny_verifier(tiny_verifier, stor
     from transformers import AutoTokenizer
     from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 
-    from eagle_assets.assets import eagle3_checkpoint, hidden_states, token_sequences
+    from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
+    from eagle_assets.hidden_states import asset as hidden_states
+    from eagle_assets.token_sequences import asset as token_sequences
     from eagle_assets.lineage import read_lineage, summary_lines
-    from eagle_assets.partitions import add_training_run, source_partitions
+    from eagle_assets.orchestration.partitions import add_training_run, source_partitions
     from eagle_assets.resources import Verifier
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)

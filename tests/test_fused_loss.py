@@ -15,7 +15,7 @@ import pytest
 CHECK = r"""
 import torch
 from speculators.losses import eager, fused
-from eagle_assets.training import fused_loss
+from eagle_assets.eagle3_checkpoint.trainer_process import fused_loss
 
 fused_loss.install()
 torch.manual_seed(0)

@@ -28,12 +28,12 @@ from typer.testing import CliRunner
 from test_lineage import chain_assets
 from upstream_rows import PARTITION
 
-from eagle_assets.assets import eagle3_checkpoint as ckpt_family
+from eagle_assets.eagle3_checkpoint import asset as ckpt_family
 from eagle_assets.capacity.plan import human_bytes
 from eagle_assets.cli import app
-from eagle_assets.garbage import find_garbage
+from eagle_assets.maintenance.gc import find_garbage
 from eagle_assets.lineage import UPSTREAM_ASSETS, read_lineage
-from eagle_assets.partitions import add_training_run, source_partitions
+from eagle_assets.orchestration.partitions import add_training_run, source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 
 pytestmark = pytest.mark.integration
@@ -152,7 +152,7 @@ def test_gc_without_an_instance_is_a_clear_error(tmp_path, monkeypatch):
 def test_gc_reconciles_first_so_a_killed_run_does_not_block_it(tmp_path, monkeypatch):
     """A run killed on this host stays STARTED until someone reconciles: gc does first (the run is
     marked failed), so --delete is not refused for ever."""
-    from eagle_assets.runs.worker import worker_tags
+    from eagle_assets.orchestration.worker import worker_tags
 
     (tmp_path / "home").mkdir()
     (tmp_path / "data").mkdir()
@@ -172,7 +172,7 @@ def test_gc_reconciles_first_so_a_killed_run_does_not_block_it(tmp_path, monkeyp
 def test_work_folders_are_named_by_what_they_are(tmp_path):
     """Under eagle3_checkpoint/_work: training data and run folders, a nested verifier's resolved folder
     (training_verifier's), and a killed writer's temporary, each listed as what it is."""
-    from eagle_assets.garbage import report_lines
+    from eagle_assets.maintenance.gc import report_lines
 
     work = tmp_path / "eagle3_checkpoint" / "_work"
     for name in ("data-0123", "run-4567", "verifier-89ab", ".verifier-89ab.x1y2"):

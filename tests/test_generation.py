@@ -14,18 +14,18 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_assets.generation.sdk_http import httpx
-from eagle_assets.generation.capture import capture
-from eagle_assets.generation.engine import (
+from eagle_assets.reasoning_samples.sdk_http import httpx
+from eagle_assets.reasoning_samples.capture import capture
+from eagle_assets.reasoning_samples.engine import (
     CaptureEngine,
     ClientSettings,
     PromptRequest,
     Sampling,
     ServerUnavailable,
 )
-from eagle_assets.generation.parsing import MalformedResponse, parse_completion, split_reasoning
-from eagle_assets.generation.progress import Progress
-from eagle_assets.generation.store import ShardWriter, content_hash, done_prompt_ids, load_samples, shard_paths
+from eagle_assets.reasoning_samples.parsing import MalformedResponse, parse_completion, split_reasoning
+from eagle_assets.reasoning_samples.progress import Progress
+from eagle_assets.reasoning_samples.store import ShardWriter, content_hash, done_prompt_ids, load_samples, shard_paths
 
 
 def body(message: dict, finish_reason: str = "stop", token_ids=(5, 6, 2)) -> dict:

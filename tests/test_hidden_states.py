@@ -18,14 +18,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 
-from eagle_assets.assets import hidden_states as hs_family
-from eagle_assets.assets import token_sequences as ts_family
-from eagle_assets.hidden_state_files import INDEX_SCHEMA
+from eagle_assets.hidden_states import asset as hs_family
+from eagle_assets.token_sequences import asset as ts_family
+from eagle_assets.hidden_states.files import INDEX_SCHEMA
 from eagle_assets.backends import ExtractionRequest, SampleTensors
-from eagle_assets.hidden_state_files import SCALES_KEY, SampleWriter, check_sample, content_id, dequantized, load_sample
-from eagle_assets.partitions import source_partitions
+from eagle_assets.hidden_states.files import SCALES_KEY, SampleWriter, check_sample, content_id, dequantized, load_sample
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import Verifier
-from eagle_assets.storage import file_sha256
+from eagle_assets.core.files import file_sha256
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root
     from hs_connectors import HiddenStatesBackend
     from speculators.data_generation.offline import check_hidden_states
 
-    from eagle_assets.hidden_state_files import TRAINER_BACKENDS
+    from eagle_assets.hidden_states.files import TRAINER_BACKENDS
 
     links = tmp_path / "train" / "hidden_states"
     links.mkdir(parents=True)
@@ -198,8 +198,8 @@ def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifi
 KILLED_RUN = """
 import sys
 import dagster as dg
-from eagle_assets.assets import hidden_states
-from eagle_assets.partitions import source_partitions
+from eagle_assets.hidden_states import asset as hidden_states
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
                resources={"storage": StorageRoot(root=sys.argv[1]),

@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 
 from upstream_rows import PARTITION, sample_row, write_samples
 
-from eagle_assets.assets import hidden_states as hs_family
-from eagle_assets.assets import prompts as prompts_family
-from eagle_assets.assets import token_sequences as ts_family
+from eagle_assets.hidden_states import asset as hs_family
+from eagle_assets.prompts import asset as prompts_family
+from eagle_assets.token_sequences import asset as ts_family
 from eagle_assets.cli import app
-from eagle_assets.generation.store import load_samples
+from eagle_assets.reasoning_samples.store import load_samples
 from eagle_assets.lineage import (
     LINEAGE_DIGEST_FILE,
     LINEAGE_DIGEST_KEY,
@@ -43,11 +43,11 @@ from eagle_assets.lineage import (
     verify_lineage,
     write_lineage,
 )
-from eagle_assets.partitions import source_partitions
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.storage import combined_hash, file_sha256, write_json
-from eagle_assets.training.checkpoint import checkpoint_hash, keep_checkpoint
-from eagle_assets.training.data_dir import build_training_data
+from eagle_assets.core.files import combined_hash, file_sha256, write_json
+from eagle_assets.eagle3_checkpoint.saved import checkpoint_hash, keep_checkpoint
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -189,7 +189,7 @@ def test_verify_passes_on_an_intact_chain(chain):
 def _weight_reads(monkeypatch) -> list[Path]:
     """Every hashing of a ``model.safetensors`` from now on, by the modules that hash checkpoint files."""
     import eagle_assets.lineage
-    import eagle_assets.training.checkpoint
+    import eagle_assets.eagle3_checkpoint.saved
 
     reads = []
 
@@ -198,7 +198,7 @@ def _weight_reads(monkeypatch) -> list[Path]:
             reads.append(Path(path))
         return file_sha256(path)
 
-    for module in (eagle_assets.lineage, eagle_assets.training.checkpoint):
+    for module in (eagle_assets.lineage, eagle_assets.eagle3_checkpoint.saved):
         monkeypatch.setattr(module, "file_sha256", counting)
     return reads
 

@@ -7,8 +7,8 @@ import functools
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from eagle_assets.training import loader_workers
-from eagle_assets.training.loader_workers import gpu_worker_count, keep_memory_in
+from eagle_assets.eagle3_checkpoint.trainer_process import loader_workers
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count, keep_memory_in
 
 BUFFER_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MiB): mmap'd unless told otherwise
 

@@ -19,10 +19,10 @@ from test_vllm_server import FAKE_VLLM, Lines, fake_vllm, free_port
 from eagle_assets.resources import VLLMServer, vllm_server
 from eagle_assets.resources.server_process import note_last_seen
 from eagle_assets.resources.server_registry import HOSTNAME_KEY, read_server, stop_idle_servers, stop_server, this_host
-from eagle_assets.runs import configured_state_dir
-from eagle_assets.runs.executor import recorded_executor
+from eagle_assets.orchestration.recovery import configured_state_dir
+from eagle_assets.orchestration.executor import recorded_executor
 from eagle_assets.resources.vllm_server import VLLMServerError
-from eagle_assets.runs.servers import servers_json, servers_report
+from eagle_assets.orchestration.servers import servers_json, servers_report
 
 
 def dead_pid() -> int:
@@ -186,7 +186,7 @@ def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypat
 
 
 def test_the_demo_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypatch):
-    from eagle_assets.demo import run_demo
+    from eagle_assets.demo.command import run_demo
 
     monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
     configured = tmp_path / "configured"

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from eagle_assets.prompt_records import SKIP_REASONS, Prompt, Skip, classify, prompt_id, to_prompt
+from eagle_assets.prompts.records import SKIP_REASONS, Prompt, Skip, classify, prompt_id, to_prompt
 from eagle_assets.sources import RawRecord, SkippedRow
-from eagle_assets.splits import SplitRule, group_id, split_for
+from eagle_assets.prompts.splits import SplitRule, group_id, split_for
 
 
 def record(data, row="data.jsonl:1"):
@@ -144,7 +144,7 @@ def test_the_same_problem_worded_two_ways_never_crosses_the_split():
 
 def test_the_bundled_demo_rows_keep_each_problem_in_one_split():
     from eagle_assets.plugin_manager import dataset_source
-    from eagle_assets.prompt_collection import collect
+    from eagle_assets.prompts.collection import collect
 
     found = collect(dataset_source("demo"))
     by_group: dict[str, set[str]] = {}

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_assets import hookimpl
-from eagle_assets.assets import prompts as prompts_family
-from eagle_assets.assets.prompts import CODE_VERSION, PROMPTS_SCHEMA
-from eagle_assets.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts_family
+from eagle_assets.prompts.asset import CODE_VERSION, PROMPTS_SCHEMA
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.plugin_manager import pm
 from eagle_assets.sources import DatasetSource, RawRecord
 

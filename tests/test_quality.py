@@ -13,19 +13,21 @@ import pyarrow.parquet as pq
 import pytest
 from upstream_rows import PARTITION
 
-from eagle_assets.assets import prompts, reasoning_samples, token_sequences
-from eagle_assets.assets.reasoning_samples import quality_check_result
-from eagle_assets.generation.engine import CaptureEngine, Sampling
-from eagle_assets.generation.parsing import parse_completion
-from eagle_assets.generation.quality import (
+from eagle_assets.prompts import asset as prompts
+from eagle_assets.reasoning_samples import asset as reasoning_samples
+from eagle_assets.token_sequences import asset as token_sequences
+from eagle_assets.reasoning_samples.asset import quality_check_result
+from eagle_assets.reasoning_samples.engine import CaptureEngine, Sampling
+from eagle_assets.reasoning_samples.parsing import parse_completion
+from eagle_assets.reasoning_samples.quality import (
     QUALITY_CLASSES, Loop, QualityRules, ThinkMarkers, Thinking, classify, find_loop, thinking_span,
 )
-from eagle_assets.generation.sdk_http import httpx
-from eagle_assets.generation.store import SCHEMA, done_prompt_ids, load_classified, load_samples, write_quality
-from eagle_assets.partitions import source_partitions
+from eagle_assets.reasoning_samples.sdk_http import httpx
+from eagle_assets.reasoning_samples.store import SCHEMA, done_prompt_ids, load_classified, load_samples, write_quality
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import Verifier, VLLMServer
-from eagle_assets.storage import write_parquet
-from eagle_assets.tokenization import Policy, build_rows
+from eagle_assets.core.files import write_parquet
+from eagle_assets.token_sequences.build import Policy, build_rows
 
 START, END, STOP = 3, 4, 2
 MARKERS = ThinkMarkers(START, END)
@@ -271,8 +273,8 @@ def test_real_samples_the_verifier_loops_on_or_answers_trivially_are_detected_an
     """Prompts found to push the tiny verifier into each failure (greedy): a run of ones makes it repeat
     "1, " until max_tokens; a greeting gets its two-line "not an arithmetic problem" thinking, below a floor of
     20 thinking tokens; an arithmetic question thinks for 60-90 tokens and is ok."""
-    from eagle_assets.generation.capture import capture
-    from eagle_assets.generation.engine import ClientSettings, PromptRequest
+    from eagle_assets.reasoning_samples.capture import capture
+    from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest
 
     prompts_by_kind = {"loop": "1 " * 40, "trivial": "hello", "ok": "What is 609 plus 558?"}
     requests = [PromptRequest(kind, [{"role": "user", "content": text.strip()}], "train")

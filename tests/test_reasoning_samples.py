@@ -20,9 +20,10 @@ import pytest
 from kill_mid_capture import kill_after_rows
 from transformers import AutoTokenizer
 
-from eagle_assets.assets import prompts, reasoning_samples
-from eagle_assets.generation.store import load_samples, shard_paths
-from eagle_assets.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts
+from eagle_assets.reasoning_samples import asset as reasoning_samples
+from eagle_assets.reasoning_samples.store import load_samples, shard_paths
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, VLLMServer
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from eagle_assets.generation.engine import PromptRequest, Sampling
-from eagle_assets.generation.variants import (
+from eagle_assets.reasoning_samples.engine import PromptRequest, Sampling
+from eagle_assets.reasoning_samples.variants import (
     SamplingVariant, VariantsError, assign_variant, read_variants, validate_variants, write_variants,
 )
 
@@ -47,7 +47,7 @@ def test_bad_variants_are_refused_naming_the_field_and_the_fix(variants, words):
 def test_the_launchpad_config_refuses_shares_that_do_not_sum_to_one():
     from pydantic import ValidationError
 
-    from eagle_assets.assets.reasoning_samples import ReasoningSamplesConfig
+    from eagle_assets.reasoning_samples.asset import ReasoningSamplesConfig
 
     config = ReasoningSamplesConfig(sampling_variants=[
         {"name": "thinking", "share": 0.75}, {"name": "instant", "share": 0.25,
@@ -65,7 +65,7 @@ def test_recorded_variants_read_back_and_an_empty_list_removes_the_record(tmp_pa
 
 
 def test_evaluation_requests_keep_the_variants_switches_but_decode_greedily():
-    from eagle_assets.evaluation.run import greedy_request
+    from eagle_assets.eagle3_eval.evaluate import greedy_request
 
     request = PromptRequest("p1", [{"role": "user", "content": "hi"}], "heldout",
                             SamplingVariant("hot", 1.0, temperature=1.0, chat_template_kwargs={"enable_thinking": False})
@@ -80,7 +80,7 @@ def test_a_reply_the_local_template_cannot_render_is_a_completion_mismatch_not_a
     # reasoning only with thinking on, so the local render cannot locate that reply.
     import pyarrow as pa
 
-    from eagle_assets.tokenization import measure_drift
+    from eagle_assets.token_sequences.build import measure_drift
 
     samples = pa.table({
         "prompt_id": ["a", "b"], "status": ["ok", "ok"], "prompt_token_ids": [[1, 2], [1, 3]],

@@ -25,17 +25,17 @@ from test_training import PARTITIONS, VOCAB, features  # noqa: F401  (features: 
 
 from eagle_assets import hookimpl
 from eagle_assets.backends import ExtractionRequest
-from eagle_assets.hidden_state_files import SampleWriter, check_sample, load_sample
-from eagle_assets.parallel_extraction import ExtractionWorkerFailed, extract_on_devices, resolve_devices, shard_sequences
+from eagle_assets.hidden_states.files import SampleWriter, check_sample, load_sample
+from eagle_assets.hidden_states.parallel import ExtractionWorkerFailed, extract_on_devices, resolve_devices, shard_sequences
 from eagle_assets.plugin_manager import pm, verifier_backend
 from eagle_assets.plugins.transformers_backend import TransformersBackend
-from eagle_assets.storage import file_sha256
-from eagle_assets.training import runner
-from eagle_assets.training.checkpoint import load_with_speculators
-from eagle_assets.training.data_dir import build_training_data
-from eagle_assets.training.runner import launch_command, process_env
-from eagle_assets.training.settings import TrainingSettings
-from eagle_assets.training.vocab import build_draft_vocab
+from eagle_assets.core.files import file_sha256
+from eagle_assets.eagle3_checkpoint import trainer
+from eagle_assets.eagle3_checkpoint.saved import load_with_speculators
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+from eagle_assets.eagle3_checkpoint.trainer import launch_command, process_env
+from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
+from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab
 
 TWO_CPU_WORKERS = ["cpu", "cpu"]
 
@@ -223,8 +223,8 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from test_scaling import HangingBackend
 from eagle_assets.backends import ExtractionRequest
-from eagle_assets.hidden_state_files import SampleWriter
-from eagle_assets.parallel_extraction import extract_on_devices
+from eagle_assets.hidden_states.files import SampleWriter
+from eagle_assets.hidden_states.parallel import extract_on_devices
 request = ExtractionRequest(sequences=[((0, "a" * 32), [1, 2, 3]), ((1, "b" * 32), [4, 5])], layer_ids=[1, 2, 4])
 extract_on_devices(HangingBackend(name="hanging", description="hangs", ready_dir=sys.argv[2]), sys.argv[3], request,
                    ["cpu", "cpu"], SampleWriter(Path(sys.argv[2]), 3, 64))
@@ -278,7 +278,7 @@ def test_an_orphaned_worker_terminates_even_when_it_inherited_an_ignored_sigterm
     # CI's pytest process had SIGTERM ignored by the time the kill test ran, and its workers inherited that:
     # the parent-death signal then did nothing. die_with_parent restores the default; the orphan guard, told
     # a parent the process does not have, then ends it at once by SIGTERM (not by its later _exit).
-    script = ("import time; from eagle_assets.child_process import die_with_parent, exit_when_orphaned; "
+    script = ("import time; from eagle_assets.core.child_process import die_with_parent, exit_when_orphaned; "
               "die_with_parent(); exit_when_orphaned(-1, poll_s=0.01); time.sleep(60)")
     started = time.monotonic()
     child = subprocess.run([sys.executable, "-c", script], timeout=60,
@@ -293,11 +293,11 @@ def test_several_processes_launch_through_torchrun(tmp_path):
     speculators_argv = ["--speculator-type", "eagle3", "--epochs", "2"]
     metrics = tmp_path / "metrics.jsonl"
     single = launch_command(TrainingSettings(), metrics, speculators_argv)
-    assert single[:3] == [sys.executable, "-m", "eagle_assets.training.launch"]
+    assert single[:3] == [sys.executable, "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch"]
     command = launch_command(TrainingSettings(num_processes=4, early_stop_patience=3), metrics, speculators_argv)
     assert command == [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-        "-m", "eagle_assets.training.launch",
+        "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch",
         "--metrics-file", str(metrics), "--early-stop-patience", "3", "--cpu-threads", "1",
         "--", *speculators_argv,
     ]
@@ -315,12 +315,12 @@ def test_training_processes_default_to_every_gpu_and_never_exceed_them(monkeypat
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert runner.resolve_process_count(0, on_cpu=False) == 2  # 0 = every visible GPU
-    assert runner.resolve_process_count(2, on_cpu=False) == 2
+    assert trainer.resolve_process_count(0, on_cpu=False) == 2  # 0 = every visible GPU
+    assert trainer.resolve_process_count(2, on_cpu=False) == 2
     with pytest.raises(ValueError, match=r"num_processes=4 but this host shows 2 CUDA GPU\(s\)"):
-        runner.resolve_process_count(4, on_cpu=False)
-    assert runner.resolve_process_count(0, on_cpu=True) == 1
-    assert runner.resolve_process_count(4, on_cpu=True) == 4  # gloo on CPU: any count
+        trainer.resolve_process_count(4, on_cpu=False)
+    assert trainer.resolve_process_count(0, on_cpu=True) == 1
+    assert trainer.resolve_process_count(4, on_cpu=True) == 4  # gloo on CPU: any count
 
 
 @pytest.mark.integration
@@ -337,7 +337,7 @@ def test_two_training_processes_share_the_epoch_and_keep_one_loadable_checkpoint
     for processes in (1, 2):
         settings = TrainingSettings(epochs=1, draft_vocab_size=64, total_seq_len=256, lr=1e-3, num_processes=processes,
                                     early_stop_patience=0, log_every_steps=1)
-        runs[processes] = runner.train(data, vocab, str(verifier), settings, work, log)
+        runs[processes] = trainer.train(data, vocab, str(verifier), settings, work, log)
     assert runs[1].run_dir != runs[2].run_dir
     assert runs[2].summary["epochs_run"] == 1 and runs[2].summary["val_loss"] > 0
     assert 0 < runs[2].summary["train_steps"] < runs[1].summary["train_steps"]

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_assets.plugin_manager import dataset_source
-from eagle_assets.prompt_records import Prompt, classify
+from eagle_assets.prompts.records import Prompt, classify
 from eagle_assets.sources import RawRecord, SkippedRow, SourceUnavailable
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}

@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
-from eagle_assets.embedded_verifiers import embedded_resources
+from eagle_assets.tiny_verifier.embedded import embedded_resources
 from eagle_assets.plugin_manager import verifier_backend
 
 pytestmark = pytest.mark.integration
@@ -132,7 +132,7 @@ def test_embedded_resources_select_tiny_kimi_consistently(tiny_kimi):
 
 def test_cpu_attention_shares_block_size_16_with_mla_once_the_plugin_loaded():
     """The draft (CPU_ATTN) and an MLA target (CPU_MLA) need one block size; vLLM loads our fix as a
-    general plugin (eagle_assets/vllm_cpu_block_size.py) in each of its processes."""
+    general plugin (resources/vllm_cpu_block_size.py) in each of its processes."""
     from vllm.plugins import load_general_plugins
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
     from vllm.v1.attention.backends.mla.cpu_mla import CPUMLABackend
@@ -147,7 +147,7 @@ def test_training_gets_a_resolved_decoder_folder_speculators_reads(tiny_kimi, tm
     from speculators.train.cli import create_transformer_layer_config
     from speculators.utils.loading import load_model_layers
 
-    from eagle_assets.training.verifier_folder import training_verifier
+    from eagle_assets.eagle3_checkpoint.verifier_folder import training_verifier
 
     backend = verifier_backend("kimi")
     resolved = training_verifier(backend, tiny_kimi, tmp_path)

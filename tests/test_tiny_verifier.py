@@ -8,7 +8,7 @@ import multiprocessing
 import pytest
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from eagle_assets.arithmetic import Problem, worked_solution
+from eagle_assets.tiny_verifier.arithmetic import Problem, worked_solution
 from eagle_assets.tiny_verifier import DEFAULT_RECIPE, cached_tiny_verifier, recipe_hash
 from eagle_assets.tiny_verifier.corpus import make_conversations
 

@@ -11,10 +11,10 @@ from transformers import AutoTokenizer
 
 from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 
-from eagle_assets.assets import token_sequences as family
-from eagle_assets.partitions import source_partitions
+from eagle_assets.token_sequences import asset as family
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import Verifier
-from eagle_assets.tokenization import SEQUENCES_SCHEMA
+from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA
 
 pytestmark = pytest.mark.integration
 
@@ -116,9 +116,11 @@ def test_drift_check_catches_a_changed_template(storage_root, tiny_verifier, ups
 def test_real_server_tokens_through_to_hidden_states(storage_root, tiny_verifier, vllm_server_urls):
     """The real chain on the session's vLLM server: prompts -> reasoning_samples -> token_sequences (+ drift
     check) -> hidden_states, in one run. The local template reproduces the server's prompts exactly."""
-    from eagle_assets.assets import hidden_states, prompts, reasoning_samples
-    from eagle_assets.generation.store import load_samples
-    from eagle_assets.hidden_state_files import load_sample
+    from eagle_assets.hidden_states import asset as hidden_states
+    from eagle_assets.prompts import asset as prompts
+    from eagle_assets.reasoning_samples import asset as reasoning_samples
+    from eagle_assets.reasoning_samples.store import load_samples
+    from eagle_assets.hidden_states.files import load_sample
     from eagle_assets.resources import VLLMServer
 
     parts = source_partitions()

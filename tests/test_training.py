@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from eagle_assets.storage import write_parquet
-from eagle_assets.training.checkpoint import verifier_mismatches
-from eagle_assets.training.data_dir import FeatureManifest, TrainingDataError, build_training_data
-from eagle_assets.training.synthetic import write_head_only_verifier, write_random_features
-from eagle_assets.training.vocab import DraftVocabError, build_draft_vocab
+from eagle_assets.core.files import write_parquet
+from eagle_assets.eagle3_checkpoint.saved import verifier_mismatches
+from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, TrainingDataError, build_training_data
+from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features
+from eagle_assets.eagle3_checkpoint.vocab import DraftVocabError, build_draft_vocab
 
 VOCAB, HIDDEN, LAYERS = 512, 64, [1, 2, 3, 4]
 PARTITIONS = ["demo", "jsonl"]
@@ -82,7 +82,7 @@ def test_training_folder_links_tensors_and_speculators_reads_it(features, tmp_pa
 def test_the_validation_split_is_the_tail_speculators_validates_on(features, tmp_path):
     from speculators.train.data import ArrowDataset
 
-    from eagle_assets.splits import read_current_splits
+    from eagle_assets.prompts.splits import read_current_splits
 
     root, _ = features
     data = build_training_data(root, PARTITIONS, tmp_path / "work")
@@ -100,15 +100,15 @@ def test_the_validation_split_is_the_tail_speculators_validates_on(features, tmp
 def test_synthetic_features_have_the_assets_schemas_and_load_without_dagster(features):
     import subprocess
 
-    from eagle_assets.hidden_state_files import INDEX_SCHEMA
-    from eagle_assets.tokenization import SEQUENCES_SCHEMA
+    from eagle_assets.hidden_states.files import INDEX_SCHEMA
+    from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA
 
     root, _ = features
     assert pq.read_schema(root / "token_sequences" / "demo" / "sequences.parquet") == SEQUENCES_SCHEMA
     assert pq.read_schema(root / "hidden_states" / "demo" / "index.parquet") == INDEX_SCHEMA
     # Benchmarks write features with it outside any code location: Dagster must stay out of its imports.
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, eagle_assets.training.synthetic; print('dagster' in sys.modules)"],
+        [sys.executable, "-c", "import sys, eagle_assets.eagle3_checkpoint.synthetic; print('dagster' in sys.modules)"],
         capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"
 
@@ -150,7 +150,7 @@ KIMI_TEXT_CONFIG = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidde
 
 def test_training_defaults_resolve_from_a_kimi_shaped_verifier(tmp_path):
     from eagle_assets.plugins.kimi_backend import KIMI_BACKEND
-    from eagle_assets.training.settings import TrainingSettings, VerifierShape, resolve_settings
+    from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "kimi_k25", "text_config": KIMI_TEXT_CONFIG,
                                                       "vision_config": {"hidden_size": 1152}}))
@@ -165,7 +165,7 @@ def test_training_defaults_resolve_from_a_kimi_shaped_verifier(tmp_path):
 
 def test_training_defaults_for_the_tiny_verifier_and_explicit_settings(tiny_verifier):
     from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
-    from eagle_assets.training.settings import TrainingSettings, VerifierShape, resolve_settings
+    from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
 
     recipe = {"lr": 1e-3, "total_seq_len": 8192, "draft_vocab_size": 32000}
     shape = VerifierShape.of(TRANSFORMERS_BACKEND.text_config(tiny_verifier))
@@ -181,7 +181,7 @@ def test_training_defaults_for_the_tiny_verifier_and_explicit_settings(tiny_veri
 
 
 def _definitions_parts():
-    from eagle_assets.assets import eagle3_checkpoint as family
+    from eagle_assets.eagle3_checkpoint import asset as family
 
     built = family.build(dg.StaticPartitionsDefinition([*PARTITIONS, "unmaterialized"]))
     return built["assets"], built["checks"]
@@ -199,7 +199,7 @@ RUN = "tiny"
 
 def _instance_with_run(run: str = RUN) -> dg.DagsterInstance:
     """An ephemeral instance that knows the training run ``run`` (the checkpoint's partition)."""
-    from eagle_assets.partitions import add_training_run
+    from eagle_assets.orchestration.partitions import add_training_run
 
     instance = dg.DagsterInstance.ephemeral()
     add_training_run(instance, run)
@@ -210,7 +210,7 @@ def _instance_with_run(run: str = RUN) -> dg.DagsterInstance:
 def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(features, tmp_path):
     """Two epochs on CPU through dg.materialize; the kept checkpoint loads in speculators and matches the
     verifier, but random tokens and features teach nothing: the learned check fails (and blocks)."""
-    from eagle_assets.training.checkpoint import load_with_speculators
+    from eagle_assets.eagle3_checkpoint.saved import load_with_speculators
 
     root = _copy_storage(features[0], tmp_path / "storage")
     assets, checks = _definitions_parts()
@@ -289,7 +289,7 @@ def test_the_speculators_load_check_names_a_broken_checkpoint(features, one_epoc
 
     from safetensors.torch import load_file, save_file
 
-    from eagle_assets.training.checkpoint import speculators_load_problems
+    from eagle_assets.eagle3_checkpoint.saved import speculators_load_problems
 
     folder = Path(one_epoch_checkpoint["path"].value)
     problems, facts = speculators_load_problems(folder)
@@ -322,8 +322,10 @@ def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_veri
     every asset the real one, on the embedded tiny verifier; the checks pass."""
     from transformers import AutoTokenizer
 
-    from eagle_assets.assets import eagle3_checkpoint, hidden_states, token_sequences
-    from eagle_assets.partitions import source_partitions
+    from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
+    from eagle_assets.hidden_states import asset as hidden_states
+    from eagle_assets.token_sequences import asset as token_sequences
+    from eagle_assets.orchestration.partitions import source_partitions
     from eagle_assets.resources import Verifier
     from upstream_rows import PARTITION, demo_prompts, sample_row, write_samples
 
@@ -354,7 +356,7 @@ def _resplit_never_evaluates_a_trained_prompt(storage_root, checkpoint: Path, be
     """heldout_fraction raised after capture and training: prompts the checkpoint trained or validated
     on are now labelled heldout, yet eagle3_eval's selection leaves every one out, and a training folder
     built from the same (unchanged) token_sequences/hidden_states takes only the current train rows."""
-    from eagle_assets.evaluation.eval_sets import heldout_set, trained_on
+    from eagle_assets.eagle3_eval.eval_sets import heldout_set, trained_on
     from upstream_rows import PARTITION, demo_prompts
 
     after = demo_prompts(storage_root, limit=24, validation_fraction=0.25, heldout_fraction=0.6)
@@ -375,7 +377,7 @@ def test_capacity_plan_metadata_that_cannot_be_made_is_a_warning_not_a_failure(f
     leaves the metadata out with a warning instead of failing the run."""
     from transformers import PretrainedConfig, Qwen3Config
 
-    from eagle_assets.assets.eagle3_checkpoint import plan_metadata
+    from eagle_assets.eagle3_checkpoint.asset import plan_metadata
 
     class Warnings(list):
         def warning(self, line):
@@ -392,7 +394,7 @@ def test_capacity_plan_metadata_that_cannot_be_made_is_a_warning_not_a_failure(f
 
 
 def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_path):
-    from eagle_assets.training.runner import run_streaming
+    from eagle_assets.eagle3_checkpoint.trainer import run_streaming
 
     class Lines:
         def __init__(self):

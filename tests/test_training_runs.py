@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from eagle_assets.cli import app
-from eagle_assets.partitions import TRAINING_RUNS, add_training_run
+from eagle_assets.orchestration.partitions import TRAINING_RUNS, add_training_run
 
 runner = CliRunner()
 
@@ -35,7 +35,7 @@ def test_add_training_run_command_records_it_in_the_instance(tmp_path, monkeypat
 
 
 def test_recipe_changes_name_each_setting_both_recipes_hold():
-    from eagle_assets.assets.eagle3_checkpoint import recipe_changes
+    from eagle_assets.eagle3_checkpoint.asset import recipe_changes
 
     recorded = {"lr": 3e-3, "epochs": 3, "partitions": []}
     assert recipe_changes(recorded, dict(recorded)) == []
@@ -48,7 +48,7 @@ def test_recipe_changes_name_each_setting_both_recipes_hold():
 def test_the_named_jobs_resolve_for_a_graph_of_dataset_and_training_run_partitions():
     """A Dagster job runs one partitions definition: `dataset` (per source) and `draft` (per training run)."""
     from eagle_assets.definitions import build_definitions
-    from eagle_assets.jobs import DATASET, DRAFT, plan
+    from eagle_assets.orchestration.jobs import DATASET, DRAFT, plan
 
     defs = build_definitions()
     per_dataset, draft = plan(defs)

@@ -22,10 +22,10 @@ from transformers import AutoTokenizer
 
 from upstream_rows import PARTITION, demo_prompts
 
-from eagle_assets.generation.engine import CaptureEngine, ClientSettings, Sampling
-from eagle_assets.generation.progress import Progress
-from eagle_assets.generation.sdk_http import httpx
-from eagle_assets.generation.store import (
+from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings, Sampling
+from eagle_assets.reasoning_samples.progress import Progress
+from eagle_assets.reasoning_samples.sdk_http import httpx
+from eagle_assets.reasoning_samples.store import (
     ShardWriter,
     content_hash,
     done_turns,
@@ -34,7 +34,7 @@ from eagle_assets.generation.store import (
     shard_paths,
     write_turn_mode,
 )
-from eagle_assets.generation.turns import (
+from eagle_assets.reasoning_samples.turns import (
     LAST_TURN_ONLY,
     Answer,
     Conversation,
@@ -101,7 +101,7 @@ def test_the_store_keeps_one_row_per_turn_and_readers_see_only_the_chosen_mode(t
 
 
 def test_the_drift_check_renders_only_the_turns_it_checks_and_skips_those_whose_earlier_answer_is_gone():
-    from eagle_assets.tokenization import measure_drift
+    from eagle_assets.token_sequences.build import measure_drift
 
     # Conversation "c" lost its turn 0 (e.g. an error row was dropped): its turns 1 and 2 cannot be rebuilt.
     keys = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2), ("c", 1), ("c", 2)]
@@ -176,11 +176,13 @@ def multi_turn_prompts(storage_root, count: int) -> list[dict]:
 @pytest.mark.integration
 def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(storage_root, tiny_verifier,
                                                                             vllm_server_urls):
-    from eagle_assets.assets import hidden_states, reasoning_samples, token_sequences
-    from eagle_assets.hidden_state_files import load_sample
-    from eagle_assets.partitions import source_partitions
+    from eagle_assets.hidden_states import asset as hidden_states
+    from eagle_assets.reasoning_samples import asset as reasoning_samples
+    from eagle_assets.token_sequences import asset as token_sequences
+    from eagle_assets.hidden_states.files import load_sample
+    from eagle_assets.orchestration.partitions import source_partitions
     from eagle_assets.resources import Verifier, VLLMServer
-    from eagle_assets.training.data_dir import _read_partition
+    from eagle_assets.eagle3_checkpoint.training_data import _read_partition
 
     conversations = {p["prompt_id"]: p["messages"] for p in multi_turn_prompts(storage_root, 3)}
     parts = source_partitions()
@@ -255,9 +257,10 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
 def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(storage_root, tiny_kimi, kimi_server_urls):
     """Kimi-K2.5's template, not Qwen3's, decides what of an earlier answer stays in the next turn's
     context; the local render token_sequences relies on must still be the server's, token for token."""
-    from eagle_assets.assets import reasoning_samples, token_sequences
-    from eagle_assets.embedded_verifiers import embedded_resources
-    from eagle_assets.partitions import source_partitions
+    from eagle_assets.reasoning_samples import asset as reasoning_samples
+    from eagle_assets.token_sequences import asset as token_sequences
+    from eagle_assets.tiny_verifier.embedded import embedded_resources
+    from eagle_assets.orchestration.partitions import source_partitions
     from eagle_assets.resources import VLLMServer
 
     conversations = {p["prompt_id"]: p["messages"] for p in multi_turn_prompts(storage_root, 2)}
@@ -292,8 +295,8 @@ def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(stora
 
 @pytest.mark.integration
 def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_server_urls, tmp_path):
-    from eagle_assets.assets import reasoning_samples
-    from eagle_assets.partitions import source_partitions
+    from eagle_assets.reasoning_samples import asset as reasoning_samples
+    from eagle_assets.orchestration.partitions import source_partitions
     from eagle_assets.resources import VLLMServer
 
     wanted = Counter((p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8)

@@ -10,7 +10,7 @@ import time
 import pytest
 from dagster_ui import ASSET_GRAPH, graphql
 
-from eagle_assets.assets.group import PIPELINE
+from eagle_assets.core.layout import PIPELINE
 
 RUN_TIMEOUT_S = 300
 

@@ -13,7 +13,7 @@ import pytest
 from dagster_ui import graphql
 from ui_browser import browser_page, playwright_api
 
-from eagle_assets.assets.group import PIPELINE
+from eagle_assets.core.layout import PIPELINE
 from eagle_assets.definitions import build_definitions
 
 sync_api = playwright_api()  # checked before any fixture starts the webserver

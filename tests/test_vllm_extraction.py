@@ -23,7 +23,7 @@ from test_hidden_states import folder, materialize_hidden_states, metadata, veri
 from upstream_rows import PARTITION
 
 from eagle_assets.backends import ExtractionRequest
-from eagle_assets.hidden_state_files import check_sample, load_sample
+from eagle_assets.hidden_states.files import check_sample, load_sample
 from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
 from eagle_assets.resources import StorageRoot
 
@@ -39,8 +39,8 @@ ENGINE_TIMEOUT_S = 900
 KILLED_RUN = """
 import sys
 import dagster as dg
-from eagle_assets.assets import hidden_states
-from eagle_assets.partitions import source_partitions
+from eagle_assets.hidden_states import asset as hidden_states
+from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 if __name__ == "__main__":  # vLLM starts its engine core by spawn
     dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
@@ -145,7 +145,7 @@ KIMI_CONVERSATIONS = [
 def kimi_capture(tiny_kimi, tmp_path_factory):
     """Rendered tiny-kimi conversations captured by vLLM; the engine stays up for the module's tests
     and the connector's own files stay in its scratch folder until each test reads them."""
-    from eagle_assets.extraction.vllm_engine import HiddenStatesEngine
+    from eagle_assets.hidden_states.vllm_engine import HiddenStatesEngine
     from eagle_assets.plugins.kimi_backend import KIMI_BACKEND
 
     tokenizer = KIMI_BACKEND.load_tokenizer(tiny_kimi)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.assets import prompts as prompts_family
-from eagle_assets.generation.store import ShardWriter
-from eagle_assets.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts_family
+from eagle_assets.reasoning_samples.store import ShardWriter
+from eagle_assets.orchestration.partitions import source_partitions
 
 PARTITION = "demo"
 

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 
 from eagle_assets.capacity.shapes import ModelShape
 from eagle_assets.capacity.throughput import REFERENCE_DRAFT_VOCAB, Rate, extraction_rate, training_rate
-from eagle_assets.splits import PROMPTS_FILE, TRAIN, prompts_file
-from eagle_assets.tokenization import SEQUENCES_FILE
+from eagle_assets.prompts.splits import PROMPTS_FILE, TRAIN, prompts_file
+from eagle_assets.token_sequences.build import SEQUENCES_FILE
 
-from eagle_assets.hidden_state_files import BF16, FP8  # noqa: E402  (the storage dtypes)
+from eagle_assets.hidden_states.files import BF16, FP8  # noqa: E402  (the storage dtypes)
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
 FP8_SCALE_BYTES = 4  # hs-connectors: one fp32 scale per token over all its layers ([seq, 1, 1])
 # A feature file's safetensors header (JSON + length prefix): small next to the states, but counted
@@ -87,7 +87,7 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
     """Prompt counts from the ``prompts`` partitions, sample lengths from ``reasoning_samples`` (ok
     rows) where materialized; ``prompts`` given overrides the count (the statistics still come from
     the partitions). Falls back to the assumed lengths, saying so."""
-    from eagle_assets.generation.store import load_samples, shard_paths
+    from eagle_assets.reasoning_samples.store import load_samples, shard_paths
 
     root = Path(root)
     count = train = 0

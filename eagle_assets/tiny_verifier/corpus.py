@@ -1,6 +1,6 @@
 """Synthetic conversations the tiny verifier learns from.
 
-Mostly step-by-step arithmetic in the verifier's worked style (:mod:`eagle_assets.arithmetic`), plus a
+Mostly step-by-step arithmetic in the verifier's worked style (:mod:`eagle_assets.tiny_verifier.arithmetic`), plus a
 share of everyday chat questions answered in one short fixed style, so the model stops with
 ``<|im_end|>`` on any prompt (general chat, a system message, several turns), not only on sums.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eagle_assets.arithmetic import OPERATION_WORDS, QUESTION_TEMPLATES, Problem, make_problem, worked_solution
+from eagle_assets.tiny_verifier.arithmetic import OPERATION_WORDS, QUESTION_TEMPLATES, Problem, make_problem, worked_solution
 from eagle_assets.tiny_verifier.recipe import TinyVerifierRecipe
 
 CHAT_THINKING = "This is not an arithmetic problem.\nI will explain what I can do."

@@ -18,7 +18,7 @@ RECIPE_VERSION = "1"
 
 _HERE = Path(__file__).parent
 # The files whose code turns a recipe into weights: editing them changes the build's identity.
-_COMMON_SOURCES = ("recipe.py", "corpus.py", "tokenizer.py", "model.py", "build.py", "../arithmetic.py")
+_COMMON_SOURCES = ("recipe.py", "corpus.py", "tokenizer.py", "model.py", "build.py", "arithmetic.py")
 
 
 @dataclass(frozen=True)

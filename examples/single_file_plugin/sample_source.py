@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eagle_assets import hookimpl
 from eagle_assets.sources import DatasetSource, RawRecord, SkippedRow, SourceUnavailable
-from eagle_assets.storage import file_sha256
+from eagle_assets.core.files import file_sha256
 
 SAMPLE = Path(__file__).with_name("sample.csv")
 

@@ -1,0 +1,1 @@
+"""``eagle-assets demo``: the whole graph on an embedded verifier, with a short terminal display."""

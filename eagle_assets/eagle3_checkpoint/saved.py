@@ -1,0 +1,180 @@
+"""The kept checkpoint: speculators' best epoch copied into a content-named folder, and its checks.
+
+speculators saves each epoch as ``config.json`` (an ``Eagle3SpeculatorConfig`` with
+``speculators_model_type: eagle3``, the draft decoder config, the auxiliary layer ids and the verifier
+path) and ``model.safetensors`` (draft weights, the frozen embedding, and the ``d2t``/``t2d`` vocab maps).
+That pair is what vLLM loads as an ``eagle3`` speculator. The kept folder holds the pair plus
+``training.json`` (settings, data and metrics) and ``lineage.json``; its name and data version are a
+hash of the pair, so an identical checkpoint is one folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from eagle_assets.core.files import combined_hash, file_sha256, write_json
+from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest
+
+MODEL_FILES = ("config.json", "model.safetensors")
+# Resume state stays in the run folder; everything else speculators wrote for the epoch is kept.
+TRAINING_STATE_FILES = ("optimizer_state_dict.pt", "scheduler_state_dict.pt", "training_state.json")
+
+
+def model_file_hashes(folder: Path) -> dict[str, str]:
+    """The sha256 of the checkpoint's config and weights, by file name."""
+    return {name: file_sha256(Path(folder) / name) for name in MODEL_FILES}
+
+
+def hash_of_model_files(file_hashes: Mapping[str, str]) -> str:
+    """The content hash of a checkpoint from its :func:`model_file_hashes` (the weights are large:
+    each check that needs their sha256 takes it from there instead of reading them again)."""
+    return combined_hash(f"{name}:{file_hashes[name]}" for name in MODEL_FILES)
+
+
+def checkpoint_hash(folder: Path) -> str:
+    """The content hash of a checkpoint: its config and weights."""
+    return hash_of_model_files(model_file_hashes(folder))
+
+
+def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict],
+                    finish: Callable[[Path, Mapping[str, str]], object] | None = None) -> tuple[Path, str, object]:
+    """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<hash>``;
+    ``finish`` (e.g. the lineage writer) runs on the complete folder before it takes its final name,
+    given the :func:`model_file_hashes` of the copied files. Returns (folder, content hash, what
+    ``finish`` returned)."""
+    hashes = model_file_hashes(best_dir)
+    digest = hash_of_model_files(hashes)
+    finished = None
+    final = Path(out_root) / digest[:16]
+    out_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=out_root))
+    try:
+        for path in Path(best_dir).iterdir():
+            if path.is_file() and path.name not in TRAINING_STATE_FILES:
+                shutil.copy2(path, tmp / path.name)
+        for name, content in extra_json.items():
+            write_json(content, tmp / name)
+        if finish is not None:
+            finished = finish(tmp, hashes)
+        if final.exists():  # the same weights kept before: refresh the metadata files
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, digest, finished
+
+
+def load_with_speculators(folder: Path):
+    """Load the checkpoint as speculators would for fine-tuning or conversion (verifier weights too)."""
+    from speculators.model import SpeculatorModel
+
+    return SpeculatorModel.from_pretrained(str(folder))
+
+
+def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> tuple[list[str], dict]:
+    """(problems, facts) of the checkpoint loaded by speculators (verifier weights too): an EAGLE-3
+    draft, every saved tensor finite and loaded as saved, no draft weight missing from the file, vocab
+    maps that fit ``draft_vocab_size`` and the verifier's vocabulary, and a forward pass on a tiny
+    random batch that proposes ``num_speculative_tokens`` verifier-vocabulary tokens per position."""
+    import torch
+    from safetensors.torch import load_file
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    from eagle_assets.eagle3_checkpoint.simulated import draft_proposals, load_draft
+
+    try:
+        model = load_draft(folder, device="cpu")
+    except Exception as exc:  # noqa: BLE001 - whatever speculators raises is the check's finding
+        return [f"speculators could not load {folder}: {type(exc).__name__}: {exc}"], {}
+    config = model.config
+    problems = []
+    if not isinstance(model, Eagle3DraftModel) or config.speculators_model_type != "eagle3":
+        problems.append(f"loaded as {type(model).__name__} ({config.speculators_model_type!r}), not an eagle3 draft")
+    saved = load_file(str(Path(folder) / "model.safetensors"))
+    state = model.state_dict()
+    missing = sorted(set(state) - set(saved) - set(model._keys_to_ignore_on_save))  # noqa: SLF001
+    if missing:
+        problems.append(f"model.safetensors lacks draft weights {missing[:6]}")
+    nonfinite = sorted(k for k, v in saved.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    if nonfinite:
+        problems.append(f"non-finite values in {nonfinite[:6]}")
+    differ = sorted(k for k, v in saved.items() if k in state and not torch.equal(state[k].to(v.dtype), v))
+    if differ:
+        problems.append(f"the loaded model's {differ[:6]} differ from model.safetensors: not loaded as saved")
+    draft_vocab, verifier_vocab = config.draft_vocab_size, model.verifier_vocab_size
+    if model.use_draft_vocab:
+        if tuple(model.d2t.shape) != (draft_vocab,) or tuple(model.t2d.shape) != (verifier_vocab,):
+            problems.append(f"d2t {list(model.d2t.shape)} / t2d {list(model.t2d.shape)} do not fit draft vocab "
+                            f"{draft_vocab} / verifier vocab {verifier_vocab}")
+        elif int(model.t2d.sum()) != draft_vocab:
+            problems.append(f"t2d marks {int(model.t2d.sum())} tokens, draft_vocab_size is {draft_vocab}")
+    generator = torch.Generator().manual_seed(0)
+    seq, aux = 8, len(config.eagle_aux_hidden_state_layer_ids)
+    ids = torch.randint(0, verifier_vocab, (seq,), generator=generator)
+    states = torch.randn(seq, aux + 1, config.transformer_layer_config.hidden_size, generator=generator)
+    proposals = draft_proposals(model, ids, states, num_speculative_tokens)
+    if tuple(proposals.shape) != (seq - 1, num_speculative_tokens):
+        problems.append(f"a forward on {seq} tokens proposed shape {list(proposals.shape)}, expected "
+                        f"[{seq - 1}, {num_speculative_tokens}]")
+    elif int(proposals.min()) < 0 or int(proposals.max()) >= verifier_vocab:
+        problems.append(f"a forward proposed token ids outside the verifier's vocabulary 0..{verifier_vocab - 1}")
+    facts = {"model_class": type(model).__name__, "tensors": len(saved), "draft_vocab_size": draft_vocab,
+             "verifier_vocab_size": verifier_vocab,
+             "draft_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    return problems, facts
+
+
+def _vocab_maps(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    from safetensors import safe_open
+
+    with safe_open(str(Path(folder) / "model.safetensors"), framework="np") as fh:
+        keys = set(fh.keys())
+        if not {"d2t", "t2d"} <= keys:
+            raise KeyError(f"{folder}/model.safetensors has no d2t/t2d vocab maps (keys: {sorted(keys)[:8]}...)")
+        return fh.get_tensor("d2t"), fh.get_tensor("t2d")
+
+
+def verifier_facts(backend, model_path) -> dict[str, int]:
+    """What the checks compare, read through the verifier's backend (which knows nested text configs)."""
+    return {"hidden_size": backend.hidden_size(model_path), "num_hidden_layers": backend.num_layers(model_path),
+            "vocab_size": backend.vocab_size(model_path)}
+
+
+def verifier_mismatches(folder: Path, verifier: dict[str, int], manifest: FeatureManifest) -> list[str]:
+    """Every way the checkpoint disagrees with the verifier (:func:`verifier_facts`) and the captured
+    features' manifest; empty when they all agree."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    layer = config.get("transformer_layer_config", {})
+    problems = []
+    if config.get("speculators_model_type") != "eagle3":
+        problems.append(f"speculators_model_type is {config.get('speculators_model_type')!r}, not 'eagle3'")
+    sizes = {"draft": layer.get("hidden_size"), "verifier": verifier["hidden_size"], "features": manifest.hidden_size}
+    if len(set(sizes.values())) != 1:
+        problems.append(f"hidden sizes differ: {sizes}")
+    n_layers = verifier["num_hidden_layers"]
+    aux = config.get("eagle_aux_hidden_state_layer_ids")
+    if aux != manifest.aux_layer_ids:
+        problems.append(f"aux layer ids {aux} differ from the captured features' {manifest.aux_layer_ids}")
+    if aux and not all(0 <= i <= n_layers for i in aux):
+        problems.append(f"aux layer ids {aux} are outside the verifier's 0..{n_layers}")
+    if manifest.layer_ids and manifest.layer_ids[-1] != n_layers:
+        problems.append(f"features' final layer {manifest.layer_ids[-1]} is not the verifier's last ({n_layers})")
+    d2t, t2d = _vocab_maps(folder)
+    draft_vocab = config.get("draft_vocab_size")
+    if d2t.shape != (draft_vocab,):
+        problems.append(f"d2t has shape {list(d2t.shape)}, draft_vocab_size is {draft_vocab}")
+    if t2d.shape != (verifier["vocab_size"],):
+        problems.append(f"t2d has shape {list(t2d.shape)}, the verifier's vocab_size is {verifier['vocab_size']}")
+    elif d2t.ndim == 1:
+        chosen = np.nonzero(t2d)[0]
+        if len(chosen) != len(d2t) or not np.array_equal(chosen, np.arange(len(d2t)) + d2t):
+            problems.append("d2t and t2d name different verifier tokens (d2t[i] + i must list t2d's true ids)")
+    return problems

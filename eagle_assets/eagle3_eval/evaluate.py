@@ -1,0 +1,266 @@
+"""One evaluation of a draft checkpoint: vLLM-served acceptance, then the simulated value on the same
+greedy outputs. Shared by the ``eagle3_eval`` asset and ``benchmarks/reasoning_vs_static.py``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from eagle_assets.eagle3_eval.served import (
+    GREEDY, ServedDraftError, ServedRun, confirm_serves_checkpoint, run_greedy,
+)
+from eagle_assets.eagle3_checkpoint.simulated import GreedySample, SimulatedAcceptance, load_draft, simulate
+from eagle_assets.reasoning_samples.engine import PromptRequest
+from eagle_assets.resources import Verifier, VLLMServer
+
+SPECULATIVE_FLAG = "--speculative-config"
+_fallback_log = logging.getLogger("eagle_assets.eagle3_eval")
+
+
+class EvaluationError(RuntimeError):
+    """The measurement could not be made; the message says why and what to change."""
+
+
+@dataclass
+class Evaluation:
+    served: ServedRun
+    simulated: SimulatedAcceptance | None
+    baseline: ServedRun | None  # the same requests without the draft (tokens/s only)
+    num_speculative_tokens: int
+    ood: ServedRun | None = None  # the out-of-distribution set, served by the same speculating server
+    by_variant: dict[str, ServedRun] = field(default_factory=dict)  # the in-distribution set per sampling variant
+
+    def metadata(self) -> dict[str, float | int | str]:
+        """Flat numbers for Dagster metadata, reports and the benchmark table; ``ood_*`` for the
+        out-of-distribution set."""
+        meta: dict[str, float | int | str] = {
+            **_served_numbers(self.served),
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "tokens_per_s_with_draft": round(self.served.tokens_per_s, 2),
+            "acceptance_convention": "tau = 1 + accepted/drafts (vLLM: the verifier's own token counts)",
+        }
+        if self.ood is not None:
+            meta.update(_served_numbers(self.ood, prefix="ood_"))
+        for name, served in self.by_variant.items():
+            meta.update(_served_numbers(served, prefix=f"variant[{name}]/"))
+        if self.simulated is not None:
+            meta["simulated_acceptance_length"] = round(self.simulated.acceptance_length, 4)
+            for k, rate in enumerate(self.simulated.acceptance_per_position):
+                meta[f"simulated_acceptance_pos_{k + 1}"] = round(rate, 4)
+            meta["simulated_drafts"] = self.simulated.drafts
+        if self.baseline is not None:
+            meta["tokens_per_s_without_draft"] = round(self.baseline.tokens_per_s, 2)
+            if self.baseline.tokens_per_s > 0:
+                meta["speedup"] = round(self.served.tokens_per_s / self.baseline.tokens_per_s, 4)
+        return meta
+
+
+    def metadata_by_set(self, label: str, ood_label: str) -> dict[str, float | int | str]:
+        """:meth:`metadata` with each prompt set's numbers under its own key prefix (``<label>/acceptance_length``,
+        ``<ood_label>/acceptance_length``), so a plot of one key never joins numbers of different prompt sets."""
+        by_set: dict[str, float | int | str] = {}
+        for key, value in self.metadata().items():
+            if key in SHARED_KEYS:
+                by_set[key] = value
+            elif key.startswith("ood_"):
+                by_set[f"{ood_label}/{key.removeprefix('ood_')}"] = value
+            else:
+                by_set[f"{label}/{key}"] = value
+        return by_set
+
+
+# Numbers of the whole evaluation, not of one prompt set.
+SHARED_KEYS = ("num_speculative_tokens", "acceptance_convention")
+
+
+def tau_by_set(metadata: dict) -> dict[str, float]:
+    """vLLM-measured τ per prompt set from :meth:`Evaluation.metadata_by_set`'s keys (or a report of them)."""
+    return {key.removesuffix("/acceptance_length"): getattr(value, "value", value) for key, value in metadata.items()
+            if key.endswith("/acceptance_length")}
+
+
+def acceptance_table(metadata: dict, labels: Sequence[str]) -> str:
+    """A Markdown table of the prompt sets in ``labels``: prompts, τ, per-position acceptance, simulated τ."""
+    def get(label: str, key: str):
+        value = metadata.get(f"{label}/{key}")
+        return getattr(value, "value", value)
+
+    k = int(getattr(metadata["num_speculative_tokens"], "value", metadata["num_speculative_tokens"]))
+    lines = ["| prompt set | prompts | τ (vLLM) | per position | simulated τ |", "|---|---|---|---|---|"]
+    for label in labels:
+        positions = " / ".join(f"{get(label, f'acceptance_pos_{i}'):.3f}" for i in range(1, k + 1))
+        simulated = get(label, "simulated_acceptance_length")
+        lines.append(f"| {label} | {get(label, 'prompts_evaluated')} | {get(label, 'acceptance_length'):.3f} | "
+                     f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} |")
+    return "\n".join(lines)
+
+
+def greedy_request(request: PromptRequest, max_tokens: int) -> PromptRequest:
+    """``request`` with its sampling variant's chat-template switches kept (thinking on/off) but greedy:
+    acceptance is measured on the verifier's greedy outputs, whatever temperature the variant trains with."""
+    if request.sampling is None:
+        return request
+    return replace(request, sampling=replace(request.sampling, max_tokens=max_tokens, seed=None, **GREEDY))
+
+
+def served_by_variant(urls, requests: Sequence[PromptRequest], max_tokens: int, log, concurrency: int,
+                      api_key: str | None) -> tuple[ServedRun, dict[str, ServedRun]]:
+    """The requests served greedily, one sampling variant after another when they name variants (each
+    variant's counter delta then covers its own requests only), and all of them together."""
+    groups: dict[str | None, list[PromptRequest]] = {}
+    for request in requests:
+        groups.setdefault(request.sampling.variant if request.sampling else None, []).append(request)
+    if set(groups) == {None}:
+        return run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=api_key), {}
+    by_variant = {}
+    for name, group in groups.items():
+        log(f"sampling variant {name}: {len(group)} prompts")
+        by_variant[name or "none"] = run_greedy(urls, group, max_tokens, log, concurrency=concurrency,
+                                                api_key=api_key)
+    runs = list(by_variant.values())
+    combined = replace(runs[0], counters=sum((r.counters for r in runs[1:]), runs[0].counters),
+                       rows=[row for r in runs for row in r.rows], wall_s=sum(r.wall_s for r in runs))
+    return combined, by_variant
+
+
+def _served_numbers(served: ServedRun, prefix: str = "") -> dict[str, float | int]:
+    counters = served.counters
+    return {
+        f"{prefix}acceptance_length": round(counters.acceptance_length, 4),
+        **{f"{prefix}acceptance_pos_{k + 1}": round(r, 4) for k, r in enumerate(counters.acceptance_per_position)},
+        f"{prefix}drafts": int(counters.drafts),
+        f"{prefix}accepted_tokens": int(counters.accepted),
+        f"{prefix}prompts_evaluated": len(served.ok_rows),
+        f"{prefix}prompt_errors": len(served.rows) - len(served.ok_rows),
+        f"{prefix}completion_tokens": served.completion_tokens,
+    }
+
+
+def _check_speculating(served: ServedRun, urls, label: str) -> None:
+    if not served.rows:
+        raise EvaluationError(f"no {label} request was sent: the {label} set is empty")
+    if not served.ok_rows:
+        raise EvaluationError(f"every {label} request failed, e.g. {served.rows[0]['error']}")
+    if not served.counters.spec_decode_enabled or served.counters.drafts == 0:
+        raise EvaluationError(
+            f"the server at {urls} reported no speculative drafts: it is not speculating "
+            "(external/systemd servers need --speculative-config with this checkpoint)"
+        )
+
+
+def speculative_server(server: VLLMServer, checkpoint: Path, num_speculative_tokens: int,
+                       port: int | None = None) -> VLLMServer:
+    """The same server settings plus ``--speculative-config`` serving ``checkpoint`` as an eagle3 draft.
+
+    A different port by choice: a kept-alive generation server on the resource's port would otherwise
+    refuse the launch (its fingerprint differs).
+    """
+    if SPECULATIVE_FLAG in server.extra_args:
+        raise EvaluationError(
+            f"vllm_server.extra_args already holds {SPECULATIVE_FLAG}: remove it, eagle3_eval sets the draft itself"
+        )
+    spec = {"method": "eagle3", "model": str(checkpoint), "num_speculative_tokens": num_speculative_tokens}
+    return replaced(server, port=port, extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True)])
+
+
+def replaced(server: VLLMServer, port: int | None = None, **changes) -> VLLMServer:
+    """A copy of the resource's settings with ``changes`` (and ``port`` when given)."""
+    fields = {name: getattr(server, name) for name in type(server).model_fields}
+    return type(server)(**{**fields, **changes, **({"port": port} if port else {})})
+
+
+def checkpoint_layer_ids(checkpoint: Path, verifier_path: Path) -> list[int]:
+    """Aux ids the draft was trained on, then the verifier's final layer (the pre-norm state)."""
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    verifier = json.loads((Path(verifier_path) / "config.json").read_text())
+    verifier = verifier.get("text_config", verifier)
+    return [*config["eagle_aux_hidden_state_layer_ids"], int(verifier["num_hidden_layers"])]
+
+
+def greedy_samples(rows: Sequence[dict], verifier: Verifier, layer_ids: list[int]) -> list[GreedySample]:
+    """The verifier's hidden states for its own greedy sequences, through the verifier backend."""
+    from eagle_assets.backends import ExtractionRequest
+
+    sequences = [(i, [*row["prompt_token_ids"], *row["token_ids"]]) for i, row in enumerate(rows)]
+    states: dict[int, object] = {}
+
+    def sink(sample) -> None:
+        states[sample.key] = sample.hidden_states.clone()  # the backend reuses its buffer afterwards
+
+    request = ExtractionRequest(sequences=sequences, layer_ids=layer_ids, device=verifier.device,
+                                dtype=verifier.dtype, batch_tokens=verifier.batch_tokens)
+    verifier.get_backend().extract(verifier.resolved_model_path(), request, sink)
+    return [GreedySample(ids, states[i], len(rows[i]["prompt_token_ids"])) for i, ids in sequences]
+
+
+def evaluate(
+    checkpoint: Path,
+    requests: Sequence[PromptRequest],
+    server: VLLMServer,
+    verifier: Verifier | None,
+    num_speculative_tokens: int = 3,
+    max_tokens: int = 1024,
+    concurrency: int = 64,
+    port: int | None = None,
+    measure_baseline: bool = False,
+    log: Callable[[str], None] | None = None,
+    logger=None,
+    ood_requests: Sequence[PromptRequest] = (),
+) -> Evaluation:
+    """Serve the verifier with ``checkpoint`` as its EAGLE-3 draft, send ``requests`` greedily, and
+    read acceptance from vLLM's counters; then ``ood_requests`` (an out-of-distribution set), measured
+    apart on the same server; then (``verifier`` given) the simulated value on the in-distribution
+    greedy outputs, and (``measure_baseline``) the same requests without the draft for tokens/s.
+
+    ``logger`` receives the server's log (a Dagster ``context.log``); ``log`` the progress lines.
+    """
+    logger = logger or _fallback_log
+    log = log or logger.info
+    if not requests:
+        raise EvaluationError("no held-out prompts to evaluate: materialize prompts with a held-out split")
+    requests = [greedy_request(r, max_tokens) for r in requests]
+    managed = server.mode == "managed"
+    speculating = speculative_server(server, checkpoint, num_speculative_tokens, port) if managed else server
+    if not managed:
+        log(f"vllm_server mode {server.mode!r}: the server must already serve {checkpoint} as its eagle3 draft")
+    ood = None
+    with speculating.serve(log=logger) as urls:
+        if not managed:
+            try:
+                confirm_serves_checkpoint(urls, checkpoint, num_speculative_tokens, server.api_key())
+            except ServedDraftError as exc:
+                raise EvaluationError(f"refusing to evaluate {checkpoint} on that server: {exc}") from None
+        served, by_variant = served_by_variant(urls, requests, max_tokens, log, concurrency, server.api_key())
+        _check_speculating(served, urls, "held-out")
+        for name, run in by_variant.items():
+            _check_speculating(run, urls, f"held-out (variant {name})")
+            log(f"variant {name}: acceptance length {run.counters.acceptance_length:.3f}")
+        log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
+            f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over "
+            f"{int(served.counters.drafts)} drafts, {served.tokens_per_s:.0f} tok/s")
+        if ood_requests:
+            # After the first set has settled: each run's counter delta covers its own requests only.
+            ood = run_greedy(urls, ood_requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+            _check_speculating(ood, urls, "out-of-distribution")
+            log(f"out-of-distribution: acceptance length {ood.counters.acceptance_length:.3f}, per position "
+                f"{[round(r, 3) for r in ood.counters.acceptance_per_position]} over "
+                f"{int(ood.counters.drafts)} drafts")
+    simulated = None
+    if verifier is not None:
+        started = time.monotonic()
+        samples = greedy_samples(served.ok_rows, verifier,
+                                 checkpoint_layer_ids(checkpoint, verifier.resolved_model_path()))
+        simulated = simulate(load_draft(checkpoint), samples, num_speculative_tokens)
+        log(f"simulated: acceptance length {simulated.acceptance_length:.3f}, per position "
+            f"{[round(r, 3) for r in simulated.acceptance_per_position]} over {simulated.drafts} draft starts "
+            f"({time.monotonic() - started:.0f}s)")
+    baseline = None
+    if measure_baseline and managed:
+        with replaced(server, port=port).serve(log=logger) as urls:
+            baseline = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+        log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
+    return Evaluation(served, simulated, baseline, num_speculative_tokens, ood, by_variant)

@@ -1,0 +1,299 @@
+"""Garbage collection of the storage root: what no current materialization and no kept checkpoint needs.
+
+Referenced, and never removed:
+
+- the files of the **current materialization** of every upstream asset partition (the Dagster
+  instance's latest one): the single-file assets' files, every reasoning-sample shard that still holds
+  a prompt's latest row, the hidden-state files the current ``index.parquet`` lists;
+- everything a **kept checkpoint** needs: its folder (``lineage.json``, ``lineage.sha256``, weights),
+  every artifact its ``lineage.json`` records (upstream files and the training folder, whose links'
+  targets count too), the training data and run folders its ``training.json`` names, and the verifier
+  folder its ``config.json`` names (speculators loads the verifier from there: a resolved one lies in
+  ``eagle3_checkpoint/_work``);
+- the current ``eagle3_checkpoint`` and ``eagle3_eval`` materializations' folders, of every training run
+  (each run's latest checkpoint is kept beyond ``keep_checkpoints``).
+
+Garbage: hidden-state files of earlier materializations, superseded shards (every row re-captured in a
+later shard), training data and run folders under ``eagle3_checkpoint/_work`` and the resolved verifier
+folders beside them (``verifier-*``: a nested verifier's decoder as speculators reads it, made for
+training), checkpoints beyond the newest ``keep_checkpoints`` (with their evaluations), and
+temporaries left by killed writers. A partition
+folder the instance has no materialization for is left alone (it may belong to another instance), and
+nothing is deleted while a Dagster run is in progress (its files are not indexed yet).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from eagle_assets.eagle3_checkpoint.asset import ASSET as CHECKPOINTS
+from eagle_assets.eagle3_checkpoint.asset import TRAINING_FILE, WORK_DIR
+from eagle_assets.eagle3_eval.asset import ASSET as EVALUATIONS
+from eagle_assets.hidden_states.files import INDEX_FILE
+from eagle_assets.hidden_states.files import TENSORS_DIR as TENSORS
+from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, latest_materialization
+from eagle_assets.orchestration.partitions import TRAINING_RUNS
+from eagle_assets.eagle3_checkpoint.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
+
+ACTIVE = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+          dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+
+
+class CollectionRefused(RuntimeError):
+    """Deleting now could remove files a running step is writing; the message names the runs."""
+
+
+@dataclass(frozen=True)
+class Garbage:
+    path: Path
+    bytes: int
+    kind: str  # "hidden-state file" | "superseded shard" | "training folder" | "resolved verifier" | "checkpoint"
+    #            | "evaluation" | "temporary"
+
+
+@dataclass
+class Collection:
+    root: Path
+    kept_checkpoints: list[Path] = field(default_factory=list)
+    removed_checkpoints: list[Path] = field(default_factory=list)
+    garbage: list[Garbage] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(g.bytes for g in self.garbage)
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (links count as themselves, never followed)."""
+    if not path.is_dir() or path.is_symlink():
+        return path.lstat().st_size
+    return sum((Path(d) / f).lstat().st_size for d, _, files in os.walk(path) for f in files)
+
+
+class _Protected:
+    """Paths relative to the storage root that must stay, and the folders kept whole."""
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()
+        self.folders: set[str] = set()
+
+    def add(self, rel: str, folder: bool = False) -> None:
+        (self.folders if folder else self.files).add(rel.strip("/"))
+
+    def covers(self, rel: str) -> bool:
+        """``rel`` is protected itself, lies in a protected folder, or (a folder) holds something protected."""
+        if rel in self.files or rel in self.folders:
+            return True
+        parts = rel.split("/")
+        if any("/".join(parts[:i]) in self.folders for i in range(1, len(parts))):
+            return True
+        prefix = rel + "/"
+        return any(p.startswith(prefix) for p in (*self.folders, *self.files))
+
+
+def _relative(path: str | Path, root: Path, recorded_root: Path | None = None) -> str | None:
+    """``path`` relative to ``root`` (or to the root a checkpoint recorded, for a moved data folder);
+    None when it lies elsewhere."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    for base in (b for b in (root, recorded_root) if b is not None):
+        for p, b in ((path, base), (path.resolve(), base.resolve())):
+            try:
+                return p.relative_to(b).as_posix()
+            except ValueError:
+                continue
+    return None
+
+
+def checkpoint_folders(root: Path) -> list[Path]:
+    """Checkpoint folders, newest first (by the lineage record's creation time, then modification time)."""
+    folder = root / CHECKPOINTS
+    found = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+             and (p / LINEAGE_FILE).is_file()] if folder.is_dir() else []
+
+    def age(p: Path) -> tuple:
+        return (_read_json(p / LINEAGE_FILE).get("created_at", ""), (p / LINEAGE_FILE).stat().st_mtime)
+
+    return sorted(found, key=age, reverse=True)
+
+
+def _current_folders(instance: dg.DagsterInstance, asset: str, root: Path, key: str = "path") -> list[Path]:
+    """The folders of ``asset``'s latest materialization of each training run (from its ``key`` metadata)
+    under ``root``; the latest of all too (one made before the asset was partitioned by run)."""
+    folders = []
+    for run in [*instance.get_dynamic_partitions(TRAINING_RUNS), None]:
+        path = ((latest_materialization(instance, asset, run) or {}).get("metadata", {})).get(key)
+        if path and _relative(path, root) is not None:
+            folder = Path(path) if Path(path).is_dir() else Path(path).parent
+            if folder not in folders:
+                folders.append(folder)
+    return folders
+
+
+def _protect_checkpoint(folder: Path, root: Path, protected: _Protected) -> None:
+    """Everything ``lineage verify`` checks for this checkpoint, and the folders it was trained from."""
+    protected.add(folder.relative_to(root).as_posix(), folder=True)
+    lineage = _read_json(folder / LINEAGE_FILE)
+    recorded = Path(lineage["storage_root"]) if lineage.get("storage_root") else None
+    for artifact in lineage.get("artifacts", []):
+        is_folder = "links" in artifact  # the training folder's links: one entry for the whole folder
+        protected.add(artifact["path"], folder=is_folder)
+    # The verifier speculators loads with the checkpoint, its path verbatim: a nested verifier's resolved
+    # folder under _work (an absolute path; a relative one is a hub id).
+    verifier = _read_json(folder / "config.json").get("speculators_config", {}).get("verifier", {}).get("name_or_path")
+    rel = _relative(verifier, root, recorded) if verifier and Path(verifier).is_absolute() else None
+    if rel is not None:
+        protected.add(rel, folder=True)
+    training = _read_json(folder / TRAINING_FILE)
+    for where in (training.get("data", {}).get("folder"), training.get("run", {}).get("folder")):
+        rel = _relative(where, root, recorded) if where else None
+        if rel is None:
+            continue
+        protected.add(rel, folder=True)
+        links = root / rel / "hidden_states"
+        for link in links.iterdir() if links.is_dir() else ():
+            target = _relative(os.path.normpath(link.parent / os.readlink(link)), root) if link.is_symlink() else None
+            if target:
+                protected.add(target)
+
+
+def _superseded_shards(folder: Path) -> list[Path]:
+    """Shards none of whose rows is a prompt's latest (each prompt's row in a later shard wins)."""
+    from eagle_assets.reasoning_samples.store import shard_paths
+
+    shards = shard_paths(folder)
+    latest: dict[str, int] = {}
+    for i, shard in enumerate(shards):
+        for pid in pq.read_table(shard, columns=["prompt_id"])["prompt_id"].to_pylist():
+            latest[pid] = i
+    live = set(latest.values())
+    return [s for i, s in enumerate(shards) if i not in live]
+
+
+def _partition_garbage(asset: str, folder: Path) -> Iterable[tuple[Path, str]]:
+    """Candidates in one partition folder of a current materialization."""
+    for tmp in folder.rglob(".*.tmp"):
+        yield tmp, "temporary"
+    if asset == "reasoning_samples":
+        for shard in _superseded_shards(folder):
+            yield shard, "superseded shard"
+    if asset == "hidden_states" and (folder / INDEX_FILE).is_file():
+        indexed = set(pq.read_table(folder / INDEX_FILE, columns=["file"])["file"].to_pylist())
+        tensors = folder / TENSORS
+        for path in sorted(tensors.glob("*.safetensors")) if tensors.is_dir() else ():
+            if f"{TENSORS}/{path.name}" not in indexed:
+                yield path, "hidden-state file"
+
+
+def _work_kind(name: str) -> str:
+    """What a folder under ``eagle3_checkpoint/_work`` is."""
+    if name.startswith("."):
+        return "temporary"
+    # The decoder of a nested verifier as speculators reads it (eagle_assets.eagle3_checkpoint.verifier_folder).
+    return "resolved verifier" if name.startswith(VERIFIER_FOLDER_PREFIX) else "training folder"
+
+
+def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoints: int | None = None) -> Collection:
+    """What :func:`collect_garbage` would remove, and why the rest stays."""
+    root = Path(root).resolve()
+    result = Collection(root)
+    if keep_checkpoints is not None and keep_checkpoints < 0:
+        raise ValueError(f"keep_checkpoints must be >= 0, got {keep_checkpoints}")
+    checkpoints = checkpoint_folders(root)
+    kept = checkpoints if keep_checkpoints is None else checkpoints[:keep_checkpoints]
+    for current in _current_folders(instance, CHECKPOINTS, root):
+        if current.resolve() in {c.resolve() for c in checkpoints} - {k.resolve() for k in kept}:
+            kept.append(next(c for c in checkpoints if c.resolve() == current.resolve()))
+            result.notes.append(f"kept {current.name} beyond --keep-checkpoints: it is a training run's current "
+                                "eagle3_checkpoint materialization")
+    result.kept_checkpoints = kept
+    result.removed_checkpoints = [c for c in checkpoints if c not in kept]
+
+    protected = _Protected()
+    for folder in kept:
+        _protect_checkpoint(folder, root, protected)
+    for evaluation in _current_folders(instance, EVALUATIONS, root, key="report"):
+        protected.add(_relative(evaluation, root), folder=True)
+
+    candidates: list[tuple[Path, str]] = [(c, "checkpoint") for c in result.removed_checkpoints]
+    evals = root / EVALUATIONS
+    kept_names = {c.name for c in kept}
+    for folder in sorted(evals.iterdir()) if evals.is_dir() else ():
+        if folder.is_dir() and folder.name not in kept_names:
+            candidates.append((folder, "evaluation"))
+    ckpt_root = root / CHECKPOINTS
+    for tmp in sorted(ckpt_root.glob(".*")) if ckpt_root.is_dir() else ():
+        candidates.append((tmp, "temporary"))
+    work = ckpt_root / WORK_DIR
+    for folder in sorted(work.iterdir()) if work.is_dir() else ():
+        candidates.append((folder, _work_kind(folder.name)))
+
+    for asset in UPSTREAM_ASSETS:
+        for folder in sorted(p for p in (root / asset).iterdir() if p.is_dir()) if (root / asset).is_dir() else ():
+            record = latest_materialization(instance, asset, folder.name)
+            path = (record or {}).get("metadata", {}).get("path")
+            if record is None or (path and _relative(path, root) is None):
+                result.notes.append(f"left alone {asset}/{folder.name}: this Dagster instance has no materialization "
+                                    "of it under this storage root (another instance's data?)")
+                continue
+            candidates += list(_partition_garbage(asset, folder))
+
+    for path, kind in candidates:
+        rel = path.relative_to(root).as_posix()
+        if not protected.covers(rel):
+            result.garbage.append(Garbage(path, _size(path), kind))
+    return result
+
+
+def active_runs(instance: dg.DagsterInstance) -> list[str]:
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(ACTIVE)))
+    return [f"{run.run_id[:8]} ({run.job_name}, {run.status.value})" for run in runs]
+
+
+def collect_garbage(collection: Collection, instance: dg.DagsterInstance) -> int:
+    """Remove what :func:`find_garbage` listed; returns the bytes freed. Refused while runs are active."""
+    running = active_runs(instance)
+    if running:
+        raise CollectionRefused(f"Dagster runs in progress: {', '.join(running)}; their files may not be indexed "
+                                "yet, so nothing was deleted. Run gc again when they have finished.")
+    freed = 0
+    for item in collection.garbage:
+        if item.path.is_dir() and not item.path.is_symlink():
+            shutil.rmtree(item.path)
+        else:
+            item.path.unlink(missing_ok=True)
+        freed += item.bytes
+    return freed
+
+
+def report_lines(collection: Collection, verbose: bool = False) -> list[str]:
+    """The kept and removable checkpoints, then the garbage: checkpoints, folders and shards one per
+    line, hidden-state files and temporaries grouped by folder unless ``verbose``."""
+    from eagle_assets.capacity.plan import human_bytes
+
+    root = collection.root
+    lines = [f"storage root {root}"]
+    for folder in collection.kept_checkpoints:
+        lines.append(f"keep checkpoint {folder.relative_to(root)}")
+    lines += [f"note: {note}" for note in collection.notes]
+    grouped: dict[tuple[str, Path], list[Garbage]] = defaultdict(list)
+    for item in collection.garbage:
+        if item.kind in ("hidden-state file", "temporary") and not verbose:
+            grouped[(item.kind, item.path.parent)].append(item)
+        else:
+            lines.append(f"{item.kind:<18} {item.path.relative_to(root)}  {human_bytes(item.bytes)}")
+    for (kind, folder), items in sorted(grouped.items(), key=lambda kv: str(kv[0][1])):
+        lines.append(f"{kind:<18} {folder.relative_to(root)}/: {len(items)} files  "
+                     f"{human_bytes(sum(i.bytes for i in items))}")
+    lines.append(f"{len(collection.garbage)} unreferenced items, {human_bytes(collection.bytes)}")
+    return lines

@@ -1,0 +1,272 @@
+"""Append-only Parquet shards of reasoning samples: crash-safe, resumable, exactly-once.
+
+A folder holds ``shard-<time_ns>-<pid>-<n>.parquet`` files, each written atomically (temporary file,
+fsync, rename), so a kill leaves whole shards only. Rows are never rewritten: a prompt retried after
+an error simply gets a newer row, and :func:`load_samples` keeps the latest row per ``prompt_id`` and
+``turn`` (shard names sort by creation time). The done-set of a resumed run is the prompts (or, with
+``turns: all``, the turns) whose latest row is ``ok``; errors are retried.
+
+``turns.json`` names the turn mode of the folder's latest materialization (:mod:`.turns`); readers see
+only that mode's rows, so switching ``turns`` never mixes ``last`` rows with ``all`` rows downstream.
+
+Beside the shards, ``quality.parquet`` holds each latest row's quality class (keyed by ``prompt_id`` and
+``finished_at``, so a newer row of the same prompt is never given an older row's class) and, in its
+schema metadata, the rules it was classified by. :func:`load_classified` joins it in; rows it does not
+cover (captured since, or before classes existed) are classified on read with those rules.
+
+Writing happens on one background thread so that the asyncio loop sending requests never waits for
+compression or disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from eagle_assets.reasoning_samples.quality import QualityRules, classify_samples
+from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, TURN_MODES, Answer
+from eagle_assets.core.files import combined_hash, list_column_parts, remove_stale_temporaries, write_json, write_parquet
+
+SHARD_GLOB = "shard-*.parquet"
+QUALITY_FILE = "quality.parquet"
+TURNS_FILE = "turns.json"
+_RULES_KEY = b"quality_rules"
+
+SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("turn", pa.int32()),  # which assistant turn this answers; LAST_TURN_ONLY for `turns: last` rows
+        ("split", pa.string()),
+        ("status", pa.string()),  # "ok" | "error"
+        ("error", pa.string()),
+        ("reasoning", pa.string()),
+        ("content", pa.string()),
+        ("finish_reason", pa.string()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("token_ids", pa.list_(pa.int32())),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("thinking_tokens", pa.int32()),  # null: no thinking section, or not known (rows before it existed)
+        ("truncated", pa.bool_()),
+        ("unfinished_thinking", pa.bool_()),
+        ("sampling", pa.string()),  # JSON of the request's sampling parameters
+        ("server_model", pa.string()),
+        ("vllm_version", pa.string()),
+        ("base_url", pa.string()),
+        ("latency_s", pa.float64()),
+        ("finished_at", pa.float64()),  # unix seconds
+    ]
+)
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    """Every complete shard, oldest first."""
+    return sorted(Path(folder).glob(SHARD_GLOB))
+
+
+def write_turn_mode(folder: Path, turns: str) -> None:
+    """Record which rows of ``folder`` readers see from now on (``turns`` of the materialization)."""
+    if turns not in TURN_MODES:
+        raise ValueError(f"turns {turns!r}: use one of {TURN_MODES}")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_json({"turns": turns}, Path(folder) / TURNS_FILE)
+
+
+def turn_mode(folder: Path) -> str:
+    """The turn mode of ``folder``'s latest materialization; ``last`` for folders from before turns."""
+    path = Path(folder) / TURNS_FILE
+    return json.loads(path.read_text())["turns"] if path.exists() else "last"
+
+
+def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
+    """The latest row per ``(prompt_id, turn)`` of the folder's turn mode over all shards of ``folder``,
+    sorted by ``prompt_id`` then ``turn``.
+
+    ``columns`` limits what is read (``prompt_id`` and ``turn`` are always included).
+    """
+    keys = ("prompt_id", "turn")
+    columns = None if columns is None else [*keys, *(c for c in columns if c not in keys)]
+    schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+    tables = [_read_shard(path, schema) for path in shard_paths(folder)]
+    if not tables:
+        return schema.empty_table()
+    rows = pa.concat_tables(tables, promote_options="default")
+    # A row without a turn is from before turns existed: a `turns: last` row.
+    rows = rows.set_column(rows.schema.get_field_index("turn"), "turn", pc.fill_null(rows["turn"], LAST_TURN_ONLY))
+    last_only = pc.equal(rows["turn"], LAST_TURN_ONLY)
+    rows = rows.filter(last_only if turn_mode(folder) == "last" else pc.invert(last_only))
+    order = pa.array(range(rows.num_rows), pa.int64())
+    latest = (
+        pa.table({"prompt_id": rows["prompt_id"], "turn": rows["turn"], "_order": order})
+        .group_by(["prompt_id", "turn"], use_threads=False)
+        .aggregate([("_order", "max")])
+    )
+    picked = rows.take(latest["_order_max"])
+    return picked.take(pc.sort_indices(picked, [("prompt_id", "ascending"), ("turn", "ascending")]))
+
+
+def _read_shard(path: Path, schema: pa.Schema) -> pa.Table:
+    """One shard as ``schema``; columns added to the schema since it was written come back null."""
+    table = pq.read_table(path, columns=[name for name in schema.names if name in pq.read_schema(path).names])
+    for field in schema:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(schema.names)
+
+
+def write_quality(folder: Path, samples: pa.Table, rules: QualityRules) -> pa.Table:
+    """Classify ``samples`` (the latest rows of ``folder``) by ``rules`` and store the classes beside them."""
+    classes = classify_samples(samples, rules)
+    meta = {_RULES_KEY: json.dumps(rules.as_dict(), sort_keys=True).encode()}
+    write_parquet(classes.replace_schema_metadata(meta), Path(folder) / QUALITY_FILE)
+    return classes
+
+
+def _stored_quality(folder: Path) -> tuple[pa.Table | None, QualityRules]:
+    path = Path(folder) / QUALITY_FILE
+    if not path.exists():
+        return None, QualityRules()
+    table = pq.read_table(path)
+    rules = QualityRules(**json.loads((table.schema.metadata or {}).get(_RULES_KEY, b"{}")))
+    return table.replace_schema_metadata(None), rules
+
+
+def load_classified(folder: Path) -> tuple[pa.Table, QualityRules]:
+    """:func:`load_samples` with ``quality`` and ``loop_start`` columns, and the rules they come from."""
+    samples = load_samples(folder)
+    stored, rules = _stored_quality(folder)
+    if stored is None:
+        return with_classes(samples, classify_samples(samples, rules)), rules
+    # (prompt_id, finished_at) names one row: the turns of a conversation finish one after another.
+    keys = ["prompt_id", "finished_at"]
+    rows = samples.select(keys).append_column("_row", pa.array(range(samples.num_rows), pa.int64()))
+    joined = rows.join(stored, keys, join_type="left outer", use_threads=False)
+    joined = joined.take(pc.sort_indices(joined, [("_row", "ascending")]))  # samples' order
+    missing = pc.is_null(joined["quality"])
+    quality, loop_start = joined["quality"].to_pylist(), joined["loop_start"].to_pylist()
+    fresh = classify_samples(samples.filter(missing), rules)
+    positions = pc.indices_nonzero(missing).to_pylist()
+    for position, cls, start in zip(positions, fresh["quality"].to_pylist(), fresh["loop_start"].to_pylist()):
+        quality[position], loop_start[position] = cls, start
+    classes = pa.table({"quality": pa.array(quality, pa.string()), "loop_start": pa.array(loop_start, pa.int32())})
+    return with_classes(samples, classes), rules
+
+
+def with_classes(samples: pa.Table, classes: pa.Table) -> pa.Table:
+    """``samples`` with the ``quality`` and ``loop_start`` columns of ``classes`` (rows in the same order)."""
+    return samples.append_column("quality", classes["quality"]).append_column("loop_start", classes["loop_start"])
+
+
+def done_prompt_ids(folder: Path) -> set[str]:
+    """Prompts whose latest row is ``ok`` (``turns: last``): a resumed run skips them; errors are retried."""
+    latest = load_samples(folder, columns=["status"])
+    ok = latest.filter(pc.equal(latest["status"], "ok"))
+    return set(ok["prompt_id"].to_pylist())
+
+
+def done_turns(folder: Path) -> dict[tuple[str, int], Answer]:
+    """``(prompt_id, turn)`` -> the stored answer, for turns whose latest row is ``ok`` (``turns: all``)."""
+    latest = load_samples(folder, columns=["status", "content", "reasoning"])
+    ok = latest.filter(pc.equal(latest["status"], "ok"))
+    return {(pid, turn): Answer(content, reasoning) for pid, turn, content, reasoning in zip(
+        ok["prompt_id"].to_pylist(), ok["turn"].to_pylist(), ok["content"].to_pylist(), ok["reasoning"].to_pylist())}
+
+
+def content_hash(samples: pa.Table) -> str:
+    """A hash of what downstream assets read: ids, status, texts, the exact token ids and (where
+    ``samples`` carries them) the quality classes."""
+    parts: list[bytes | str] = []
+    names = ["prompt_id", "status", "finish_reason", "reasoning", "content", "quality", "loop_start"]
+    if "turn" in samples.column_names and pc.any(pc.not_equal(samples["turn"], LAST_TURN_ONLY)).as_py():
+        names.append("turn")  # per-turn rows only: `turns: last` data keeps the version it had before turns
+    for name in (n for n in names if n in samples.column_names):
+        parts.append("\x1f".join(repr(v) for v in samples[name].to_pylist()))
+    for name in ("prompt_token_ids", "token_ids"):
+        parts += list_column_parts(samples[name])
+    return combined_hash(parts)[:16]
+
+
+class ShardWriter:
+    """Buffers rows and hands full buffers to a background thread that writes one shard each.
+
+    ``add`` is cheap (a list append). A buffer is flushed when it reaches ``rows_per_shard`` or is
+    older than ``max_age_s``, whichever comes first — checked on every ``add`` and by
+    :meth:`flush_if_stale` (the capture's ticker, for quiet stretches) — so a kill loses at most
+    ``max_age_s`` seconds of answered rows. Errors of the writer thread surface on the next call.
+    """
+
+    def __init__(self, folder: Path, rows_per_shard: int = 256, max_age_s: float = 60.0):
+        if rows_per_shard < 1:
+            raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.folder)
+        self.rows_per_shard = rows_per_shard
+        self.max_age_s = max_age_s
+        self.rows_written = 0
+        self.shards_written = 0
+        self._buffer: list[dict] = []
+        self._buffer_since = time.monotonic()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer")
+        self._pending: list[Future] = []
+        self._counter = 0
+
+    def add(self, row: dict) -> None:
+        self._raise_writer_errors()
+        with self._lock:
+            if not self._buffer:
+                self._buffer_since = time.monotonic()
+            self._buffer.append(row)
+            full = len(self._buffer) >= self.rows_per_shard
+            stale = time.monotonic() - self._buffer_since >= self.max_age_s
+        if full or stale:
+            self.flush()
+
+    def flush_if_stale(self) -> None:
+        self._raise_writer_errors()
+        if self._buffer and time.monotonic() - self._buffer_since >= self.max_age_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Queue the buffered rows as one shard (non-blocking)."""
+        with self._lock:
+            rows, self._buffer = self._buffer, []
+        if rows:
+            self._counter += 1
+            name = f"shard-{time.time_ns():020d}-{os.getpid()}-{self._counter:06d}.parquet"
+            self._pending.append(self._pool.submit(self._write, rows, self.folder / name))
+
+    def _write(self, rows: list[dict], path: Path) -> None:
+        write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+        self.rows_written += len(rows)
+        self.shards_written += 1
+
+    def _raise_writer_errors(self) -> None:
+        still = []
+        for future in self._pending:
+            if future.done():
+                future.result()  # re-raises a failed write here, in the caller's thread
+            else:
+                still.append(future)
+        self._pending = still
+
+    def close(self) -> None:
+        """Write what is buffered and wait for every shard to be on disk."""
+        self.flush()
+        self._pool.shutdown(wait=True)
+        self._raise_writer_errors()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
