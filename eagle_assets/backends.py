@@ -219,8 +219,15 @@ class VerifierBackend:
             ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         return ids
 
-    def render(self, tokenizer, messages: list[dict], reasoning: str | None, content: str | None,
-               stop_ids: Iterable[int] = (), template_kwargs: dict | None = None) -> tuple[list[int], list[int]]:
+    def render(
+        self,
+        tokenizer,
+        messages: list[dict],
+        reasoning: str | None,
+        content: str | None,
+        stop_ids: Iterable[int] = (),
+        template_kwargs: dict | None = None,
+    ) -> tuple[list[int], list[int]]:
         """(prompt ids, completion ids) for a conversation and the verifier's reply, through the chat
         template: the prompt as the server renders it (with the generation prompt), the completion
         as what the template adds for the reply with its reasoning, up to the stop token (the
@@ -235,10 +242,10 @@ class VerifierBackend:
         if not full.startswith(prompt):
             raise ValueError(
                 "the chat template renders the conversation differently with the reply appended, so the "
-                f"reply cannot be located: prompt ends {prompt[-80:]!r}, full text there {full[len(prompt) - 80:len(prompt)]!r}"
+                f"reply cannot be located: prompt ends {prompt[-80:]!r}, full text there {full[len(prompt) - 80 : len(prompt)]!r}"
             )
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        completion_ids = tokenizer.encode(full[len(prompt):], add_special_tokens=False)
+        completion_ids = tokenizer.encode(full[len(prompt) :], add_special_tokens=False)
         stops = set(stop_ids)
         last_stop = max((i for i, t in enumerate(completion_ids) if t in stops), default=None)
         if last_stop is not None:
@@ -246,8 +253,13 @@ class VerifierBackend:
         return prompt_ids, completion_ids
 
     # ---- extraction ----------------------------------------------------------------------------
-    def extract(self, model_path: str | Path, request: ExtractionRequest, sink: Sink,
-                progress: Callable[[int, int], None] | None = None) -> None:
+    def extract(
+        self,
+        model_path: str | Path,
+        request: ExtractionRequest,
+        sink: Sink,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Run the verifier over ``request.sequences`` and call ``sink`` once per sample with
         ``hidden_states`` bf16 [seq, len(layer_ids), H] (layer order as given) and ``token_ids``
         int64 [seq]. ``progress(samples, tokens)`` reports what was handed to the sink so far."""

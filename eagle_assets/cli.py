@@ -40,9 +40,15 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable
 
 @app.command("tiny-verifier")
 def tiny_verifier(
-    path: Path = typer.Argument(None, help="Copy the model folder here (must not exist yet). Omit to only print the cache path."),
-    kind: str = typer.Option("tiny-qwen3", "--kind", help="Which embedded verifier: tiny-qwen3 (Qwen3) or tiny-kimi "
-                             "(Kimi-K2.5-shaped: DeepSeek-V3 MLA + experts in a kimi_k25 wrapper)."),
+    path: Path = typer.Argument(
+        None, help="Copy the model folder here (must not exist yet). Omit to only print the cache path."
+    ),
+    kind: str = typer.Option(
+        "tiny-qwen3",
+        "--kind",
+        help="Which embedded verifier: tiny-qwen3 (Qwen3) or tiny-kimi "
+        "(Kimi-K2.5-shaped: DeepSeek-V3 MLA + experts in a kimi_k25 wrapper).",
+    ),
 ) -> None:
     """Build (or reuse from the cache) an embedded tiny reasoning verifier and print its folder."""
     import shutil
@@ -67,16 +73,33 @@ def tiny_verifier(
 @app.command()
 def demo(
     partition: str = typer.Option("demo", help="Dataset source (partition) to run the graph on."),
-    port: int = typer.Option(0, help="Port of the demo's vLLM server (the evaluation's speculating server "
-                             "takes the next one); 0 = the vllm_server resource's default."),
-    verifier: str = typer.Option("tiny-qwen3", help="Embedded verifier: tiny-qwen3 or tiny-kimi (Kimi-K2.5-shaped, "
-                                 "served with the kimi_k2 reasoning parser, read by the kimi backend)."),
-    feature_dtype: str = typer.Option("bfloat16", help="Storage dtype of the hidden states: bfloat16, or fp8 "
-                                      "(hs-connectors' format, half the bytes; verifier.feature_dtype)."),
-    verbose: bool = typer.Option(False, "--verbose", help="Stream the full log (every Dagster event, vLLM and "
-                                 "trainer line) to the terminal instead of status lines and a log file."),
-    training_run: str = typer.Option(None, "--training-run", help="Training run (partition of the checkpoint and "
-                                     "its evaluation); default demo, or demo-<verifier> for another verifier."),
+    port: int = typer.Option(
+        0,
+        help="Port of the demo's vLLM server (the evaluation's speculating server "
+        "takes the next one); 0 = the vllm_server resource's default.",
+    ),
+    verifier: str = typer.Option(
+        "tiny-qwen3",
+        help="Embedded verifier: tiny-qwen3 or tiny-kimi (Kimi-K2.5-shaped, "
+        "served with the kimi_k2 reasoning parser, read by the kimi backend).",
+    ),
+    feature_dtype: str = typer.Option(
+        "bfloat16",
+        help="Storage dtype of the hidden states: bfloat16, or fp8 "
+        "(hs-connectors' format, half the bytes; verifier.feature_dtype).",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Stream the full log (every Dagster event, vLLM and "
+        "trainer line) to the terminal instead of status lines and a log file.",
+    ),
+    training_run: str = typer.Option(
+        None,
+        "--training-run",
+        help="Training run (partition of the checkpoint and "
+        "its evaluation); default demo, or demo-<verifier> for another verifier.",
+    ),
 ) -> None:
     """Materialize every asset of the graph for one partition, recorded in the Dagster instance.
 
@@ -93,10 +116,12 @@ def demo(
     from eagle_assets.definitions import build_definitions
     from eagle_assets.demo.command import demo_training_run, outcome, run_demo, summarize
     from eagle_assets.demo.display import StageDisplay, output_to_file
-    from eagle_assets.tiny_verifier.embedded import embedded_resources
     from eagle_assets.eagle3_eval.evaluate import replaced
+    from eagle_assets.tiny_verifier.embedded import embedded_resources
 
-    log_file = Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    log_file = (
+        Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    )
     if not verbose:
         typer.echo(f"full log: {log_file}")
     with contextlib.nullcontext(sys.stdout) if verbose else output_to_file(log_file) as terminal:
@@ -120,8 +145,9 @@ def demo(
                 overrides = embedded_resources(verifier, **({"port": port} if port else {}))
                 overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
                 run_name = training_run or demo_training_run(verifier)
-                results = run_demo(build_definitions(overrides), instance, partition, report, verifier, display,
-                                   run_name)
+                results = run_demo(
+                    build_definitions(overrides), instance, partition, report, verifier, display, run_name
+                )
             except ValueError as exc:
                 typer.echo(str(exc), file=terminal)
                 raise typer.Exit(2) from None
@@ -131,8 +157,10 @@ def demo(
                 raise typer.Exit(1)
             for line in outcome(instance, run_name):
                 say(line)
-        say("Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME); "
-            "`eagle-assets checkpoints` lists every kept checkpoint.")
+        say(
+            "Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME); "
+            "`eagle-assets checkpoints` lists every kept checkpoint."
+        )
 
 
 _STATE_DIR_HELP = "vllm_server.state_dir, if not the default."
@@ -161,8 +189,9 @@ def servers(
         typer.echo(line)
 
 
-lineage_app = typer.Typer(help="Audit a checkpoint: its chain back to the prompts, and its stored hashes.",
-                          no_args_is_help=True)
+lineage_app = typer.Typer(
+    help="Audit a checkpoint: its chain back to the prompts, and its stored hashes.", no_args_is_help=True
+)
 app.add_typer(lineage_app, name="lineage")
 
 _ROOT_HELP = "Storage root of the upstream files, if it moved since training (default: the one recorded)."
@@ -223,17 +252,35 @@ def lineage_verify(
 
 @app.command()
 def plan(
-    verifier: str = typer.Option("tiny", "--verifier", help="A preset (tiny, llama-3.1-8b, kimi-k2.5) or a "
-                                 "verifier config.json / model folder (a nested text_config is read)."),
+    verifier: str = typer.Option(
+        "tiny",
+        "--verifier",
+        help="A preset (tiny, llama-3.1-8b, kimi-k2.5) or a "
+        "verifier config.json / model folder (a nested text_config is read).",
+    ),
     prompts: int = typer.Option(None, "--prompts", min=1, help="Number of prompts to plan for."),
-    partition: list[str] = typer.Option([], "--partition", help="Materialized dataset partition(s): prompt count "
-                                        "from prompts, token statistics from reasoning_samples (repeatable)."),
-    root: Path = typer.Option(None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."),
+    partition: list[str] = typer.Option(
+        [],
+        "--partition",
+        help="Materialized dataset partition(s): prompt count "
+        "from prompts, token statistics from reasoning_samples (repeatable).",
+    ),
+    root: Path = typer.Option(
+        None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."
+    ),
     aux_layers: str = typer.Option("", "--aux-layers", help="Aux layer ids, e.g. 2,30,58; default: the backend's."),
-    prompt_tokens: float = typer.Option(None, "--prompt-tokens", min=1, help="Mean prompt tokens (overrides the assumed/measured)."),
-    completion_tokens: float = typer.Option(None, "--completion-tokens", min=1, help="Mean completion tokens (overrides)."),
-    generation_tok_s: float = typer.Option(None, "--generation-tok-s", min=1, help="Decode tokens/s of one vLLM "
-                                           "replica, if you measured it (the project has no GPU figure)."),
+    prompt_tokens: float = typer.Option(
+        None, "--prompt-tokens", min=1, help="Mean prompt tokens (overrides the assumed/measured)."
+    ),
+    completion_tokens: float = typer.Option(
+        None, "--completion-tokens", min=1, help="Mean completion tokens (overrides)."
+    ),
+    generation_tok_s: float = typer.Option(
+        None,
+        "--generation-tok-s",
+        min=1,
+        help="Decode tokens/s of one vLLM replica, if you measured it (the project has no GPU figure).",
+    ),
     generation_gpus: int = typer.Option(8, "--generation-gpus", min=1, help="GPUs per vLLM replica (TP size)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -241,8 +288,18 @@ def plan(
     from eagle_assets.capacity.report import plan_report
 
     try:
-        lines = plan_report(verifier, prompts, partition, root, aux_layers, prompt_tokens, completion_tokens,
-                         generation_tok_s, generation_gpus, as_json)
+        lines = plan_report(
+            verifier,
+            prompts,
+            partition,
+            root,
+            aux_layers,
+            prompt_tokens,
+            completion_tokens,
+            generation_tok_s,
+            generation_gpus,
+            as_json,
+        )
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -264,15 +321,20 @@ def add_training_run(name: str = typer.Argument(..., help="The run's name, e.g. 
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None
-    typer.echo(f"training run {name} {'added' if added else 'exists already'}: materialize eagle3_checkpoint for "
-               "this partition (the `draft` job trains and evaluates it)")
+    typer.echo(
+        f"training run {name} {'added' if added else 'exists already'}: materialize eagle3_checkpoint for "
+        "this partition (the `draft` job trains and evaluates it)"
+    )
 
 
 @app.command()
 def checkpoints(
-    root: Path = typer.Option(None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."),
-    verify: bool = typer.Option(True, "--verify/--no-verify", help="Run `lineage verify` on each (rehashes every "
-                                "recorded file)."),
+    root: Path = typer.Option(
+        None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."
+    ),
+    verify: bool = typer.Option(
+        True, "--verify/--no-verify", help="Run `lineage verify` on each (rehashes every recorded file)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List the kept checkpoints side by side: training run, recipe, upstream data versions, τ per evaluated
@@ -282,8 +344,8 @@ def checkpoints(
 
     import dagster as dg
 
-    from eagle_assets.maintenance.checkpoints import list_checkpoints, report_lines
     from eagle_assets.maintenance.checkpoints import as_json as entries_json
+    from eagle_assets.maintenance.checkpoints import list_checkpoints, report_lines
     from eagle_assets.resources.storage import default_root
 
     with contextlib.ExitStack() as stack:
@@ -296,9 +358,15 @@ def checkpoints(
 
 @app.command()
 def gc(
-    root: Path = typer.Option(None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."),
-    keep_checkpoints: int = typer.Option(None, "--keep-checkpoints", min=0, help="Keep the N newest checkpoints "
-                                         "and their inputs; older ones are garbage too (default: keep all)."),
+    root: Path = typer.Option(
+        None, "--root", help="Storage root (default: $EAGLE_ASSETS_DATA or ./.eagle_assets_data)."
+    ),
+    keep_checkpoints: int = typer.Option(
+        None,
+        "--keep-checkpoints",
+        min=0,
+        help="Keep the N newest checkpoints and their inputs; older ones are garbage too (default: keep all).",
+    ),
     delete: bool = typer.Option(False, "--delete", help="Remove what is listed (default: only list it)."),
     verbose: bool = typer.Option(False, "--verbose", help="List every file instead of counts per folder."),
     state_dir: Path = typer.Option(None, "--state-dir", help=_STATE_DIR_HELP),
@@ -313,12 +381,15 @@ def gc(
 
     from eagle_assets.capacity.plan import human_bytes
     from eagle_assets.maintenance.gc import CollectionRefused, collect_garbage, find_garbage, report_lines
-    from eagle_assets.resources.storage import default_root
     from eagle_assets.orchestration.recovery import reconcile
+    from eagle_assets.resources.storage import default_root
 
     if not os.environ.get("DAGSTER_HOME"):
-        typer.echo("gc reads the current materializations from the Dagster instance: set DAGSTER_HOME to the "
-                   "instance that wrote this storage root", err=True)
+        typer.echo(
+            "gc reads the current materializations from the Dagster instance: set DAGSTER_HOME to the "
+            "instance that wrote this storage root",
+            err=True,
+        )
         raise typer.Exit(2)
     with dg.DagsterInstance.get() as instance:
         # A run killed on this host stays in progress until reconciled: --delete would refuse for ever,

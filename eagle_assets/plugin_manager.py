@@ -136,7 +136,7 @@ def _collect(hook_name: str, kind: str, cls: type) -> dict[str, tuple[object, st
             found[obj.name] = (obj, plugin)
 
         try:
-            impl.function(**{arg: register for arg in impl.argnames})
+            impl.function(**dict.fromkeys(impl.argnames, register))
         except Exception as exc:
             _record_error(impl.plugin_name, RuntimeError(f"{hook_name}: {type(exc).__name__}: {exc}"))
     return dict(sorted(found.items()))

@@ -30,8 +30,10 @@ class KimiBackend(VLLMBackend):
 
         raw = json.loads((Path(model_path) / "config.json").read_text())
         if "text_config" not in raw:
-            raise ValueError(f"{model_path}/config.json has no 'text_config': not a Kimi-K2.5-family checkpoint; "
-                             "use the 'transformers' backend for plain decoders")
+            raise ValueError(
+                f"{model_path}/config.json has no 'text_config': not a Kimi-K2.5-family checkpoint; "
+                "use the 'transformers' backend for plain decoders"
+            )
         return PretrainedConfig.from_dict(raw["text_config"])
 
 

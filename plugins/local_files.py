@@ -18,8 +18,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from eagle_assets import hookimpl
-from eagle_assets.sources import DatasetSource, RawRecord, SkippedRow, SourceUnavailable
 from eagle_assets.core.files import combined_hash, file_sha256
+from eagle_assets.sources import DatasetSource, RawRecord, SkippedRow, SourceUnavailable
 
 PARQUET_BATCH_ROWS = 1024
 
@@ -97,7 +97,8 @@ class JsonlSource(LocalFileSource):
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     yield SkippedRow(
-                        row, f"bytes that are not UTF-8 ({exc.reason} at byte {exc.start}); re-encode the file as UTF-8",
+                        row,
+                        f"bytes that are not UTF-8 ({exc.reason} at byte {exc.start}); re-encode the file as UTF-8",
                         "not_utf8",
                     )
                     continue

@@ -62,7 +62,9 @@ class OpenPerfectblendSource(DatasetSource):
             files = self._local_files(loc)
             kinds = {"parquet" if f.suffix == ".parquet" else "json" for f in files}
             if len(kinds) > 1:
-                raise SourceUnavailable(f"source {self.name!r}: {loc!r} mixes Parquet and JSON files; point at one kind")
+                raise SourceUnavailable(
+                    f"source {self.name!r}: {loc!r} mixes Parquet and JSON files; point at one kind"
+                )
             dataset = load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train", streaming=True)
         else:
             repo, _, revision = loc.partition("@")

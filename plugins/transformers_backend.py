@@ -24,7 +24,6 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,8 +53,13 @@ def resolve_dtype(dtype: str, device: str):
 
     if dtype == "auto":
         return torch.float32 if device == "cpu" else torch.bfloat16
-    return {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-            "float32": torch.float32, "fp32": torch.float32}[dtype]
+    return {
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "float32": torch.float32,
+        "fp32": torch.float32,
+    }[dtype]
 
 
 def bucket_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
@@ -95,8 +99,16 @@ class _Buffers:
 class HiddenStateExtractor:
     """Captures ``layer_ids`` from a loaded decoder model and streams per-sample states to a sink."""
 
-    def __init__(self, model, num_layers: int, hidden_size: int, layer_ids: Sequence[int],
-                 batch_tokens: int = 16384, writer_threads: int = WRITER_THREADS, feature_dtype: str = "bfloat16"):
+    def __init__(
+        self,
+        model,
+        num_layers: int,
+        hidden_size: int,
+        layer_ids: Sequence[int],
+        batch_tokens: int = 16384,
+        writer_threads: int = WRITER_THREADS,
+        feature_dtype: str = "bfloat16",
+    ):
         import torch
 
         self.model = model
@@ -128,8 +140,10 @@ class HiddenStateExtractor:
         def pair(device, pin):
             if not self.fp8:
                 return torch.empty(shape, dtype=torch.bfloat16, device=device, pin_memory=pin), None
-            return (torch.empty(shape, dtype=torch.float8_e4m3fn, device=device, pin_memory=pin),
-                    torch.empty((capacity, 1, 1), dtype=torch.float32, device=device, pin_memory=pin))
+            return (
+                torch.empty(shape, dtype=torch.float8_e4m3fn, device=device, pin_memory=pin),
+                torch.empty((capacity, 1, 1), dtype=torch.float32, device=device, pin_memory=pin),
+            )
 
         host: queue.Queue = queue.Queue()
         for _ in range(HOST_BUFFERS):
@@ -149,8 +163,12 @@ class HiddenStateExtractor:
         scales[:tokens].copy_(s)
         return states[:tokens].view(capture.shape), scales[:tokens].view(*capture.shape[:2], 1, 1)
 
-    def run(self, sequences: Sequence[tuple[Any, Sequence[int]]], sink: Sink,
-            progress: Callable[[int, int], None] | None = None) -> None:
+    def run(
+        self,
+        sequences: Sequence[tuple[Any, Sequence[int]]],
+        sink: Sink,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Extract every sequence; returns once the sink has seen all of them (or raises the first
         sink/forward error after the in-flight writes settle)."""
         torch = self._torch
@@ -175,8 +193,11 @@ class HiddenStateExtractor:
                     ready.synchronize()
                 key, ids = sequences[i]
                 scales = None if scales_view is None else scales_view[: lengths[i]]
-                sink(SampleTensors(key, sample_view[: lengths[i]], torch.from_numpy(np.array(ids, dtype=np.int64)),
-                                   scales))
+                sink(
+                    SampleTensors(
+                        key, sample_view[: lengths[i]], torch.from_numpy(np.array(ids, dtype=np.int64)), scales
+                    )
+                )
                 with lock:
                     counts["samples"] += 1
                     counts["tokens"] += lengths[i]
@@ -197,7 +218,9 @@ class HiddenStateExtractor:
                         break
                     width = lengths[batch[0]]
                     slot = n % len(buffers.capture)
-                    capture = buffers.capture[slot][: len(batch) * width].view(len(batch), width, len(self.layer_ids), -1)
+                    capture = buffers.capture[slot][: len(batch) * width].view(
+                        len(batch), width, len(self.layer_ids), -1
+                    )
                     if copy_done[slot] is not None:  # the side stream must finish reading it first
                         torch.cuda.current_stream(self.device).wait_event(copy_done[slot])
                     ids = torch.zeros((len(batch), width), dtype=torch.long)
@@ -206,9 +229,15 @@ class HiddenStateExtractor:
                     ids = ids.pin_memory().to(self.device, non_blocking=True) if self.cuda else ids
                     self._target = capture
                     self.model(input_ids=ids, use_cache=False)
-                    source = self._quantize(capture, buffers.quantized[slot], len(batch) * width) if self.fp8 else (capture, None)
+                    source = (
+                        self._quantize(capture, buffers.quantized[slot], len(batch) * width)
+                        if self.fp8
+                        else (capture, None)
+                    )
                     host = buffers.host.get()  # blocks while every host buffer is being written out
-                    views = [None if h is None else h[: len(batch) * width].view_as(src) for h, src in zip(host, source)]
+                    views = [
+                        None if h is None else h[: len(batch) * width].view_as(src) for h, src in zip(host, source)
+                    ]
                     ready = None
                     if self.cuda:
                         computed = torch.cuda.Event()
@@ -228,7 +257,9 @@ class HiddenStateExtractor:
                     # One task per sample so slow writes run in parallel; the last one frees ``host``.
                     remaining = [len(batch)]
                     for b, i in enumerate(batch):
-                        pool.submit(write, host, ready, views[0][b], None if views[1] is None else views[1][b], i, remaining)
+                        pool.submit(
+                            write, host, ready, views[0][b], None if views[1] is None else views[1][b], i, remaining
+                        )
         finally:
             pool.shutdown(wait=True)
             for handle in handles:
@@ -255,8 +286,9 @@ class TransformersBackend(VerifierBackend):
         from transformers import AutoModel, AutoModelForCausalLM
 
         device = resolve_device(device)
-        kwargs = dict(dtype=resolve_dtype(dtype, device), trust_remote_code=self.trust_remote_code,
-                      attn_implementation="sdpa")
+        kwargs = dict(
+            dtype=resolve_dtype(dtype, device), trust_remote_code=self.trust_remote_code, attn_implementation="sdpa"
+        )
         try:
             causal_lm = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
         except ValueError:
@@ -268,8 +300,12 @@ class TransformersBackend(VerifierBackend):
     def extract(self, model_path, request: ExtractionRequest, sink: Sink, progress=None) -> None:
         model = self.load_model(model_path, request.device, request.dtype)
         extractor = HiddenStateExtractor(
-            model, self.num_layers(model_path), self.hidden_size(model_path), request.layer_ids,
-            batch_tokens=request.batch_tokens, feature_dtype=request.feature_dtype,
+            model,
+            self.num_layers(model_path),
+            self.hidden_size(model_path),
+            request.layer_ids,
+            batch_tokens=request.batch_tokens,
+            feature_dtype=request.feature_dtype,
         )
         extractor.run(request.sequences, sink, progress)
 

@@ -26,6 +26,7 @@ from eagle_assets import hookimpl
 from eagle_assets.backends import ExtractionRequest, SampleTensors, Sink, VerifierBackend
 from eagle_assets.hidden_states.vllm_engine import EngineSettings, HiddenStatesEngine
 
+
 def visible_gpus() -> int:
     import torch
 
@@ -59,8 +60,9 @@ class VLLMBackend(VerifierBackend):
             extra=self.engine_extra,
         )
 
-    def read_connector_file(self, path: str | Path, key, expected_ids, num_layers: int,
-                            hidden_size: int) -> SampleTensors:
+    def read_connector_file(
+        self, path: str | Path, key, expected_ids, num_layers: int, hidden_size: int
+    ) -> SampleTensors:
         """Load one file the connector wrote (waiting on its lock until the write is complete) and
         check it against the request."""
         import torch
@@ -72,12 +74,16 @@ class VLLMBackend(VerifierBackend):
             raise ValueError(f"{path}: connector file lacks {sorted(missing)}; is this a hidden-states connector file?")
         token_ids = data["token_ids"].to(torch.int64)
         if token_ids.tolist() != [int(t) for t in expected_ids]:
-            raise ValueError(f"{path}: token_ids differ from the request's input_ids (key {key!r}); "
-                             "the engine re-tokenized the prompt or prefix caching is on")
+            raise ValueError(
+                f"{path}: token_ids differ from the request's input_ids (key {key!r}); "
+                "the engine re-tokenized the prompt or prefix caching is on"
+            )
         states = data["hidden_states"]
         if tuple(states.shape) != (len(token_ids), num_layers, hidden_size):
-            raise ValueError(f"{path}: hidden_states shape {tuple(states.shape)} != "
-                             f"{(len(token_ids), num_layers, hidden_size)}; check eagle_aux_hidden_state_layer_ids")
+            raise ValueError(
+                f"{path}: hidden_states shape {tuple(states.shape)} != "
+                f"{(len(token_ids), num_layers, hidden_size)}; check eagle_aux_hidden_state_layer_ids"
+            )
         scales = data.get("hidden_states_scales")  # hs-connectors' FP8 file
         if scales is None:
             states = states.to(torch.bfloat16)
@@ -95,7 +101,8 @@ class VLLMBackend(VerifierBackend):
         with contextlib.ExitStack() as stack:
             # A temporary folder is removed here too: an engine that fails to start never exits.
             scratch = request.scratch_dir or stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="vllm-hidden-states-"))
+                tempfile.TemporaryDirectory(prefix="vllm-hidden-states-")
+            )
             engine = stack.enter_context(HiddenStatesEngine(model_path, request.layer_ids, Path(scratch), settings))
             for key, ids, path in engine.capture(request.sequences, self.window):
                 try:

@@ -95,7 +95,6 @@ class CommandFollower(threading.Thread):
         self.join(timeout=5)
 
 
-
 def stop_process_group(pid: int, grace_s: float, log, child: subprocess.Popen | None = None) -> None:
     """SIGTERM the process group that ``pid`` leads; SIGKILL it after ``grace_s`` (leftover workers too).
 

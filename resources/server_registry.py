@@ -94,11 +94,18 @@ def read_server(state_path: Path) -> ManagedServer | None:
     else:
         alive = users = idle_since = None
     return ManagedServer(
-        name=state_path.stem, port=int(state_path.stem.rsplit("-", 1)[1]), pid=state["pid"],
-        alive=alive, model=model, fingerprint=state.get("fingerprint", "?"), users=users,
-        started_at=started_at, idle_since=idle_since,
+        name=state_path.stem,
+        port=int(state_path.stem.rsplit("-", 1)[1]),
+        pid=state["pid"],
+        alive=alive,
+        model=model,
+        fingerprint=state.get("fingerprint", "?"),
+        users=users,
+        started_at=started_at,
+        idle_since=idle_since,
         idle_stop_after_s=state.get("idle_stop_after_s", DEFAULT_IDLE_STOP_S),
-        keep_alive=not state.get("stop_when_unused", True), hostname=hostname,
+        keep_alive=not state.get("stop_when_unused", True),
+        hostname=hostname,
     )
 
 
@@ -113,8 +120,10 @@ def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> 
     state_path = _state_path(Path(state_dir), name)
     server = read_server(state_path)
     if server is not None and not server.local:
-        raise ValueError(f"vLLM server {server.name} runs on host {server.hostname}, not on this one "
-                         f"({this_host()}); stop it there: `eagle-assets servers --stop {server.name}`")
+        raise ValueError(
+            f"vLLM server {server.name} runs on host {server.hostname}, not on this one "
+            f"({this_host()}); stop it there: `eagle-assets servers --stop {server.name}`"
+        )
     with _locked(state_path):
         server = read_server(state_path)
         if server is None:
@@ -139,8 +148,10 @@ def stop_idle_servers(state_dir: Path, log, keep: str | None = None) -> list[Man
         if not server.alive:
             _forget_if_dead(Path(state_dir) / f"{server.name}.json")
         elif server.expired:
-            log.info(f"vLLM server {server.name} (pid {server.pid}, {server.model}) has had no live user for "
-                     f"{server.idle_s:.0f}s (grace {server.idle_stop_after_s:g}s): stopping it")
+            log.info(
+                f"vLLM server {server.name} (pid {server.pid}, {server.model}) has had no live user for "
+                f"{server.idle_s:.0f}s (grace {server.idle_stop_after_s:g}s): stopping it"
+            )
             if stop_server(state_dir, server.name, log, only_if_idle=True):
                 stopped.append(server)
     return stopped

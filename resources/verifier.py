@@ -55,7 +55,8 @@ class Verifier(dg.ConfigurableResource):
         "each file's content id, so switching it re-extracts instead of reusing the other dtype's files.",
     )
     batch_tokens: int = Field(
-        default=16384, gt=0,
+        default=16384,
+        gt=0,
         description="Padded tokens per extraction batch (rows x longest row); 16384 = 8 rows of 2K on one H200.",
     )
 

@@ -40,6 +40,7 @@ import dagster as dg
 import httpx
 from pydantic import Field
 
+from eagle_assets.core.files import write_json
 from eagle_assets.resources.server_process import (
     VLLM_MODULE,
     CommandFollower,
@@ -54,7 +55,6 @@ from eagle_assets.resources.server_process import (
     stop_process_group,
 )
 from eagle_assets.resources.server_registry import DEFAULT_IDLE_STOP_S, HOSTNAME_KEY, stop_idle_servers, this_host
-from eagle_assets.core.files import write_json
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
@@ -125,7 +125,8 @@ class VLLMServer(dg.ConfigurableResource):
     stop_grace_s: float = Field(default=30.0, description="Seconds between SIGTERM and SIGKILL on stop.")
     keep_alive: bool = Field(default=False, description="Leave the server running after the step (later steps attach).")
     idle_stop_after_s: float = Field(
-        default=DEFAULT_IDLE_STOP_S, ge=0,
+        default=DEFAULT_IDLE_STOP_S,
+        ge=0,
         description="A managed server with no live user (kept alive, or orphaned by a killed run) for this many "
         "seconds is stopped by the next run or eagle-assets command that looks. Default 1 h: longer than a "
         "Kimi-K2.5 reload (~25 min), far shorter than eight idle GPUs overnight. 0 = never.",
@@ -333,8 +334,9 @@ class VLLMServer(dg.ConfigurableResource):
             heartbeat.stop()
             self._leave(me, users_dir, state_path, lock_path, pid, proc, log)
 
-    def _leave(self, me: Path, users_dir: Path, state_path: Path, lock_path: Path, pid: int,
-               proc: subprocess.Popen | None, log) -> None:
+    def _leave(
+        self, me: Path, users_dir: Path, state_path: Path, lock_path: Path, pid: int, proc: subprocess.Popen | None, log
+    ) -> None:
         """The last user out stops the server, unless its launch asked to keep it alive.
 
         Steps of one run may share a server (the second attaches while the first still works): the
@@ -361,8 +363,9 @@ class VLLMServer(dg.ConfigurableResource):
         except (OSError, ValueError):
             return None
 
-    def _launch(self, argv: list[str], added_env: dict[str, str], fingerprint: str, state_path: Path,
-                log_path: Path, log) -> subprocess.Popen:
+    def _launch(
+        self, argv: list[str], added_env: dict[str, str], fingerprint: str, state_path: Path, log_path: Path, log
+    ) -> subprocess.Popen:
         env = {**os.environ, **added_env}
         if key := self.api_key():
             env["VLLM_API_KEY"] = key  # vLLM reads it; argv (visible in ps) never holds it
@@ -371,13 +374,27 @@ class VLLMServer(dg.ConfigurableResource):
         with open(log_path, "w") as log_file:
             # Own session: the server's worker processes are stopped with it, as one process group.
             proc = subprocess.Popen(
-                argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                argv,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
                 start_new_session=True,
             )
-        write_json({"pid": proc.pid, "fingerprint": fingerprint, "argv": argv, "log": str(log_path),
-                    "started_at": time.time(), "stop_when_unused": not self.keep_alive,
-                    "idle_stop_after_s": self.idle_stop_after_s, "stop_grace_s": self.stop_grace_s,
-                    HOSTNAME_KEY: this_host()}, state_path)
+        write_json(
+            {
+                "pid": proc.pid,
+                "fingerprint": fingerprint,
+                "argv": argv,
+                "log": str(log_path),
+                "started_at": time.time(),
+                "stop_when_unused": not self.keep_alive,
+                "idle_stop_after_s": self.idle_stop_after_s,
+                "stop_grace_s": self.stop_grace_s,
+                HOSTNAME_KEY: this_host(),
+            },
+            state_path,
+        )
         return proc
 
     def _systemctl(self, *args: str) -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from eagle_assets.core.layout import prompts_file
 from eagle_assets.capacity import (
     BF16,
     FP8,
@@ -21,7 +22,7 @@ from eagle_assets.capacity import (
     measure_token_stats,
 )
 from eagle_assets.cli import app
-from eagle_assets.prompts.splits import TRAIN, prompts_file
+from eagle_assets.prompts.splits import TRAIN
 
 runner = CliRunner()
 

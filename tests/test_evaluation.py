@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle_assets.core.layout import prompts_file
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters, metrics_url, parse_metrics
 
 DATA = Path(__file__).parent / "data"
@@ -150,7 +151,6 @@ def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]])
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from eagle_assets.prompts.splits import prompts_file
 
     path = prompts_file(root, partition)
     path.parent.mkdir(parents=True)

@@ -28,11 +28,12 @@ from typer.testing import CliRunner
 from test_lineage import chain_assets
 from upstream_rows import PARTITION
 
+from eagle_assets.core.layout import PER_DATASET_STAGES
 from eagle_assets.eagle3_checkpoint import asset as ckpt_family
 from eagle_assets.capacity.plan import human_bytes
 from eagle_assets.cli import app
 from eagle_assets.maintenance.gc import find_garbage
-from eagle_assets.lineage import UPSTREAM_ASSETS, read_lineage
+from eagle_assets.lineage import read_lineage
 from eagle_assets.orchestration.partitions import add_training_run, source_partitions
 from eagle_assets.resources import StorageRoot, Verifier
 
@@ -59,7 +60,7 @@ def storage(tiny_verifier, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DAGSTER_HOME", str(home))
         with dg.DagsterInstance.get() as instance:
-            def upstream(seed, selection=UPSTREAM_ASSETS, **verifier):
+            def upstream(seed, selection=PER_DATASET_STAGES, **verifier):
                 config = {"ops": {"prompts": {"config": {"limit": 10, "seed": seed, "validation_fraction": 0.4}}}} if "prompts" in selection else {}
                 assert dg.materialize(assets, instance=instance, partition_key=PARTITION, run_config=config,
                                       resources=resources(**verifier), selection=list(selection)).success

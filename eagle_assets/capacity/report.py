@@ -27,8 +27,9 @@ def _aux(text: str) -> list[int] | None:
         raise ValueError(f"--aux-layers {text!r}: give comma-separated layer ids, e.g. 2,30,58") from None
 
 
-def _stats(root: Path, partitions: list[str], prompts: int | None, prompt_tokens: float | None,
-           completion_tokens: float | None) -> TokenStats:
+def _stats(
+    root: Path, partitions: list[str], prompts: int | None, prompt_tokens: float | None, completion_tokens: float | None
+) -> TokenStats:
     if partitions:
         stats = measure_token_stats(root, partitions, prompts)
     elif prompts is None:
@@ -38,38 +39,77 @@ def _stats(root: Path, partitions: list[str], prompts: int | None, prompt_tokens
     if prompt_tokens is None and completion_tokens is None:
         return stats
     return dataclasses.replace(
-        stats, prompt_tokens=prompt_tokens or stats.prompt_tokens,
+        stats,
+        prompt_tokens=prompt_tokens or stats.prompt_tokens,
         completion_tokens=completion_tokens or stats.completion_tokens,
         source=f"{stats.source}; overridden on the command line: prompt {prompt_tokens or '-'}, "
-               f"completion {completion_tokens or '-'} tokens per sample")
+        f"completion {completion_tokens or '-'} tokens per sample",
+    )
 
 
-def capacity_plan(verifier: str, prompts: int | None, partitions: list[str], root: Path | None,
-                  aux_layers: str = "", prompt_tokens: float | None = None, completion_tokens: float | None = None,
-                  generation_tok_s: float | None = None, generation_gpus: int = 8) -> CapacityPlan:
+def capacity_plan(
+    verifier: str,
+    prompts: int | None,
+    partitions: list[str],
+    root: Path | None,
+    aux_layers: str = "",
+    prompt_tokens: float | None = None,
+    completion_tokens: float | None = None,
+    generation_tok_s: float | None = None,
+    generation_gpus: int = 8,
+) -> CapacityPlan:
     from eagle_assets.resources.storage import default_root
 
     root = Path(root or default_root())
     shape = load_shape(verifier, _aux(aux_layers))
     generation = None
     if generation_tok_s:
-        generation = Rate(generation_tok_s / generation_gpus,
-                          f"given on the command line: {generation_tok_s:,.0f} tok/s per replica of {generation_gpus} GPUs")
+        generation = Rate(
+            generation_tok_s / generation_gpus,
+            f"given on the command line: {generation_tok_s:,.0f} tok/s per replica of {generation_gpus} GPUs",
+        )
     return build_plan(shape, _stats(root, partitions, prompts, prompt_tokens, completion_tokens), root, generation)
 
 
-def plan_report(verifier: str, prompts: int | None, partitions: list[str], root: Path | None, aux_layers: str = "",
-                prompt_tokens: float | None = None, completion_tokens: float | None = None,
-                generation_tok_s: float | None = None, generation_gpus: int = 8, as_json: bool = False) -> list[str]:
-    plan = capacity_plan(verifier, prompts, partitions, root, aux_layers, prompt_tokens, completion_tokens,
-                         generation_tok_s, generation_gpus)
+def plan_report(
+    verifier: str,
+    prompts: int | None,
+    partitions: list[str],
+    root: Path | None,
+    aux_layers: str = "",
+    prompt_tokens: float | None = None,
+    completion_tokens: float | None = None,
+    generation_tok_s: float | None = None,
+    generation_gpus: int = 8,
+    as_json: bool = False,
+) -> list[str]:
+    plan = capacity_plan(
+        verifier,
+        prompts,
+        partitions,
+        root,
+        aux_layers,
+        prompt_tokens,
+        completion_tokens,
+        generation_tok_s,
+        generation_gpus,
+    )
     if not as_json:
         return plan_lines(plan)
-    return [json.dumps({
-        "verifier": plan.shape.name, "layer_ids": plan.shape.layer_ids, "hidden_size": plan.shape.hidden_size,
-        "token_stats": plan.stats.source, "tokens": plan.stats.tokens,
-        "stages": [dataclasses.asdict(s) for s in plan.stages],
-        "total_bytes": {"bfloat16": plan.total("bfloat16"), "fp8": plan.total("fp8")},
-        "storage_root": str(plan.storage_root), "free_bytes": plan.free_bytes,
-        "fits": {"bfloat16": plan.fits("bfloat16"), "fp8": plan.fits("fp8")},
-    }, indent=2)]
+    return [
+        json.dumps(
+            {
+                "verifier": plan.shape.name,
+                "layer_ids": plan.shape.layer_ids,
+                "hidden_size": plan.shape.hidden_size,
+                "token_stats": plan.stats.source,
+                "tokens": plan.stats.tokens,
+                "stages": [dataclasses.asdict(s) for s in plan.stages],
+                "total_bytes": {"bfloat16": plan.total("bfloat16"), "fp8": plan.total("fp8")},
+                "storage_root": str(plan.storage_root),
+                "free_bytes": plan.free_bytes,
+                "fits": {"bfloat16": plan.fits("bfloat16"), "fp8": plan.fits("fp8")},
+            },
+            indent=2,
+        )
+    ]

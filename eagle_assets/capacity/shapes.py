@@ -14,18 +14,37 @@ from typing import Any
 
 # Text configs of the presets (only the fields the arithmetic reads).
 LLAMA_3_1_8B = {
-    "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256,
-    "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
     "max_position_embeddings": 131072,
 }
 # Kimi-K2.5's text_config (DeepSeek-V3 architecture, Kimi-K2 sizes): MLA attention, 384 routed experts
 # (8 per token) + 1 shared, the first layer dense. Default aux layers [2, 30, 58] + final 61.
 KIMI_K2_5_TEXT = {
-    "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840,
-    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 64,
-    "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 384, "n_shared_experts": 1,
-    "num_experts_per_tok": 8, "first_k_dense_replace": 1, "max_position_embeddings": 262144,
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "vocab_size": 163840,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 384,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 1,
+    "max_position_embeddings": 262144,
 }
 
 
@@ -73,7 +92,11 @@ class ModelShape:
         h, heads = self.hidden_size, self.heads
         if self.config.get("kv_lora_rank"):  # MLA (DeepSeek-V3 / Kimi)
             qk = int(self._get("qk_nope_head_dim")) + int(self._get("qk_rope_head_dim"))
-            v, kv_rank, rope = int(self._get("v_head_dim")), int(self.config["kv_lora_rank"]), int(self.config["qk_rope_head_dim"])
+            v, kv_rank, rope = (
+                int(self._get("v_head_dim")),
+                int(self.config["kv_lora_rank"]),
+                int(self.config["qk_rope_head_dim"]),
+            )
             q_rank = self.config.get("q_lora_rank")
             q = h * q_rank + q_rank * heads * qk if q_rank else h * heads * qk
             params = q + h * (kv_rank + rope) + kv_rank * heads * (qk - rope + v) + heads * v * h
@@ -134,10 +157,17 @@ def _tiny_config() -> dict[str, Any]:
     from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE as r
 
     vocab = -(-r.vocab_size // r.model_vocab_multiple) * r.model_vocab_multiple
-    return {"model_type": "qwen3", "hidden_size": r.hidden_size, "num_hidden_layers": r.num_hidden_layers,
-            "vocab_size": vocab, "intermediate_size": r.intermediate_size, "num_attention_heads": r.num_attention_heads,
-            "num_key_value_heads": r.num_key_value_heads, "head_dim": r.head_dim,
-            "max_position_embeddings": r.max_position_embeddings}
+    return {
+        "model_type": "qwen3",
+        "hidden_size": r.hidden_size,
+        "num_hidden_layers": r.num_hidden_layers,
+        "vocab_size": vocab,
+        "intermediate_size": r.intermediate_size,
+        "num_attention_heads": r.num_attention_heads,
+        "num_key_value_heads": r.num_key_value_heads,
+        "head_dim": r.head_dim,
+        "max_position_embeddings": r.max_position_embeddings,
+    }
 
 
 PRESETS = {
@@ -155,15 +185,18 @@ def _text_config(raw: dict[str, Any]) -> dict[str, Any]:
 def load_shape(spec: str, aux_layer_ids: list[int] | None = None) -> ModelShape:
     """A preset name (:data:`PRESETS`) or a path to a ``config.json`` / model folder."""
     if spec in PRESETS:
-        config = {"tiny": _tiny_config, "llama-3.1-8b": lambda: LLAMA_3_1_8B,
-                  "kimi-k2.5": lambda: KIMI_K2_5_TEXT}[spec]()
+        config = {"tiny": _tiny_config, "llama-3.1-8b": lambda: LLAMA_3_1_8B, "kimi-k2.5": lambda: KIMI_K2_5_TEXT}[
+            spec
+        ]()
         name = spec
     else:
         path = Path(spec).expanduser()
         path = path / "config.json" if path.is_dir() else path
         if not path.is_file():
-            raise ShapeError(f"verifier {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json "
-                             "or model folder: pass one of those")
+            raise ShapeError(
+                f"verifier {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json "
+                "or model folder: pass one of those"
+            )
         try:
             config = _text_config(json.loads(path.read_text()))
         except ValueError as exc:

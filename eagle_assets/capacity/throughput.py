@@ -24,15 +24,17 @@ class Measured:
 
 
 EXTRACTION = Measured(
-    tokens_per_s=27_792, row_tokens=1280,  # rows uniform in 512..2048 tokens: 1280 on average
+    tokens_per_s=27_792,
+    row_tokens=1280,  # rows uniform in 512..2048 tokens: 1280 on average
     source="README benchmark row 'hidden-state extraction, one H200' (benchmarks/hidden_states_gpu.py: "
-           "Llama-3.1-8B shape, bf16, rows of 512-2048 tokens, layers [2,16,29]+32 written with sha256+fsync; "
-           "median of 3)",
+    "Llama-3.1-8B shape, bf16, rows of 512-2048 tokens, layers [2,16,29]+32 written with sha256+fsync; "
+    "median of 3)",
 )
 TRAINING = Measured(
-    tokens_per_s=44_306, row_tokens=8192,
+    tokens_per_s=44_306,
+    row_tokens=8192,
     source="README benchmark row 'draft training, one H200, ours vs speculators train' (benchmarks/train_gpu.py: "
-           "draft of an 8B-shaped verifier, draft vocab 32000, ttt 3, 8192-token rows; median of 3)",
+    "draft of an 8B-shaped verifier, draft vocab 32000, ttt 3, 8192-token rows; median of 3)",
 )
 REFERENCE_DRAFT_VOCAB = 32_000  # the training row's; resolve_settings' default is min(32000, vocab // 2)
 
@@ -61,5 +63,8 @@ def _scaled(measured: Measured, ref_flops: float, own_flops: float, shape: Model
     if shape.config == REFERENCE_SHAPE.config and abs(own_flops - ref_flops) / ref_flops < 0.02:
         return Rate(measured.tokens_per_s, f"measured: {measured.source}")
     rate = measured.tokens_per_s * ref_flops / own_flops
-    return Rate(rate, f"{measured.tokens_per_s:,.0f} tok/s scaled by {what} ({numbers}), same MFU assumed "
-                      f"(optimistic for MoE at TP 8); from {measured.source}")
+    return Rate(
+        rate,
+        f"{measured.tokens_per_s:,.0f} tok/s scaled by {what} ({numbers}), same MFU assumed "
+        f"(optimistic for MoE at TP 8); from {measured.source}",
+    )

@@ -14,12 +14,17 @@ from collections.abc import Callable
 import dagster as dg
 
 from eagle_assets.demo.display import StageDisplay, display_logger, materialization_line
-from eagle_assets.tiny_verifier.embedded import DEFAULT_EMBEDDED
-from eagle_assets.orchestration.jobs import DATASET, DRAFT, is_per_training_run, plan, stage_job_name, with_pipeline_jobs
+from eagle_assets.orchestration.jobs import (
+    DATASET,
+    DRAFT,
+    is_per_training_run,
+    plan,
+    stage_job_name,
+    with_pipeline_jobs,
+)
 from eagle_assets.orchestration.partitions import add_training_run
-from eagle_assets.orchestration.recovery import configured_state_dir
-from eagle_assets.orchestration.recovery import in_process_runs
-
+from eagle_assets.orchestration.recovery import configured_state_dir, in_process_runs
+from eagle_assets.tiny_verifier.embedded import DEFAULT_EMBEDDED
 
 # Demo-sized settings on top of the assets' own (production) defaults, for the assets the graph has.
 DEMO_OPS = {
@@ -27,16 +32,23 @@ DEMO_OPS = {
     # alone at the end of the capture.
     # Both of a reasoning model's modes, as Kimi-K2.5 is served: a fifth of the prompts in instant mode
     # (both embedded verifiers' templates read enable_thinking, as Qwen3's and Kimi's do).
-    "reasoning_samples": {"config": {"max_tokens": 1024, "sampling_variants": [
-        {"name": "thinking", "share": 0.8},
-        {"name": "instant", "share": 0.2, "chat_template_kwargs": {"enable_thinking": False}}]}},
+    "reasoning_samples": {
+        "config": {
+            "max_tokens": 1024,
+            "sampling_variants": [
+                {"name": "thinking", "share": 0.8},
+                {"name": "instant", "share": 0.2, "chat_template_kwargs": {"enable_thinking": False}},
+            ],
+        }
+    },
     # The tiny verifier's draft recipe, measured on the demo partition (638 train rows, 66K tokens; val
     # accuracy per TTT step after 3 epochs): lr 1e-3 / 1024-token rows 0.69/0.50/0.37, lr 3e-3 / 1024
     # 0.94/0.89/0.84, lr 3e-3 / 512 the same after 2 epochs. The defaults fit production verifiers
     # (8K+ rows, a 32K draft vocabulary, speculators' lr) and would take few, large steps here.
     # Its learned check's floor: this recipe reaches 0.94 first-proposal accuracy; 0.8 leaves room.
-    "eagle3_checkpoint": {"config": {"total_seq_len": 512, "draft_vocab_size": 256, "lr": 3e-3,
-                                     "min_val_accuracy": 0.8}},
+    "eagle3_checkpoint": {
+        "config": {"total_seq_len": 512, "draft_vocab_size": 256, "lr": 3e-3, "min_val_accuracy": 0.8}
+    },
     # The demo's promise, checked by eagle3_eval's floor check: τ >= 3.5 at K = 3 on held-out prompts.
     "eagle3_eval": {"config": {"min_acceptance_length": 3.5}},
 }
@@ -88,8 +100,11 @@ def run_demo(
         )
     from eagle_assets.plugin_manager import dataset_sources
 
-    evaluation_sets = [name for name, source in dataset_sources().items()
-                       if source.evaluation_only and name in known and name != partition]
+    evaluation_sets = [
+        name
+        for name, source in dataset_sources().items()
+        if source.evaluation_only and name in known and name != partition
+    ]
     # Named jobs (not the ephemeral one), so each run says what it is in the UI.
     loggers = {"console": dg.colored_console_logger, **({"demo_display": display_logger(display)} if display else {})}
     named = with_pipeline_jobs(defs, loggers)
@@ -97,9 +112,11 @@ def run_demo(
     if any(is_per_training_run(graph.get(key).partitions_def) for key in draft):
         run_key = training_run or demo_training_run(verifier)
         add_training_run(instance, run_key)
-    runs = [(DATASET, partitioned, partition),
-            *[(stage_job_name(PROMPTS), [PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
-            (DRAFT, draft, run_key)]
+    runs = [
+        (DATASET, partitioned, partition),
+        *[(stage_job_name(PROMPTS), [PROMPTS], name) for name in evaluation_sets if PROMPTS in partitioned],
+        (DRAFT, draft, run_key),
+    ]
     ops = demo_ops(verifier)
     results = []
     # Runs killed earlier on this host are failed and their pool slots freed first; a wait on the gpu
@@ -114,9 +131,13 @@ def run_demo(
                 instance=instance,
                 raise_on_error=False,
                 # INFO, not the in-process default DEBUG: the assets' progress lines, not every engine event.
-                run_config={"ops": {k: v for k, v in ops.items() if dg.AssetKey(k) in selection},
-                            "loggers": {"console": {"config": {"log_level": "INFO"}}, **{name: {} for name in loggers
-                                                                                        if name != "console"}}},
+                run_config={
+                    "ops": {k: v for k, v in ops.items() if dg.AssetKey(k) in selection},
+                    "loggers": {
+                        "console": {"config": {"log_level": "INFO"}},
+                        **{name: {} for name in loggers if name != "console"},
+                    },
+                },
                 tags={"eagle_assets/command": "demo", **worker},
             )
             results.append(result)
@@ -129,8 +150,10 @@ def run_demo(
 
 def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
     """One line per materialized asset (numeric metadata + data version) and per failed check/step."""
-    lines = [materialization_line(event.step_materialization_data.materialization)
-             for event in result.get_asset_materialization_events()]
+    lines = [
+        materialization_line(event.step_materialization_data.materialization)
+        for event in result.get_asset_materialization_events()
+    ]
     for check in result.get_asset_check_evaluations():
         if not check.passed:
             lines.append(f"CHECK FAILED {check.asset_key.to_user_string()}:{check.check_name} {dict(check.metadata)}")
@@ -142,7 +165,8 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
 
 def _latest(instance: dg.DagsterInstance, asset: str, training_run: str):
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[training_run]), limit=1).records
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[training_run]), limit=1
+    ).records
     return records[0].asset_materialization if records else None
 
 
@@ -163,8 +187,11 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
         from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES
 
         meta = samples.asset_materialization.metadata
-        shares = ", ".join(f"{name} {meta[f'quality/{name}_share'].value:.1%}" for name in QUALITY_CLASSES
-                           if meta[f"quality/{name}"].value)
+        shares = ", ".join(
+            f"{name} {meta[f'quality/{name}_share'].value:.1%}"
+            for name in QUALITY_CLASSES
+            if meta[f"quality/{name}"].value
+        )
         lines.append(f"sample quality ({samples.asset_materialization.partition}): {shares}")
     evaluation = _latest(instance, "eagle3_eval", training_run)
     if evaluation is not None:
@@ -175,22 +202,36 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
         def per_position(label: str) -> str:
             return " / ".join(f"{meta[f'{label}/acceptance_pos_{i}']:.3f}" for i in range(1, k + 1))
 
-        detail = (f"training run {training_run}; vLLM, greedy, K={k}, {meta[f'{heldout}/prompts_evaluated']} "
-                  f"in-distribution held-out prompts "
-                  f"({heldout}); per position {per_position(heldout)}")
+        detail = (
+            f"training run {training_run}; vLLM, greedy, K={k}, {meta[f'{heldout}/prompts_evaluated']} "
+            f"in-distribution held-out prompts "
+            f"({heldout}); per position {per_position(heldout)}"
+        )
         if f"{heldout}/simulated_acceptance_length" in meta:
             detail += f"; simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}"
         lines += [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", f"  ({detail})"]
-        variants = sorted({key.split("/")[1] for key in meta
-                           if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")})
+        variants = sorted(
+            {
+                key.split("/")[1]
+                for key in meta
+                if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")
+            }
+        )
         if variants:
-            lines.append("  per sampling variant: " + ", ".join(
-                f"{name.removeprefix('variant[').removesuffix(']')} τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
-                f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)" for name in variants))
+            lines.append(
+                "  per sampling variant: "
+                + ", ".join(
+                    f"{name.removeprefix('variant[').removesuffix(']')} τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
+                    f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)"
+                    for name in variants
+                )
+            )
         if f"{ood}/acceptance_length" in meta:
-            lines += [f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
-                      f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts; per position "
-                      f"{per_position(ood)})"]
+            lines += [
+                f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
+                f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts; per position "
+                f"{per_position(ood)})",
+            ]
     try:
         lines += ["lineage:", *summary_lines(read_lineage(path), path)]
     except LineageError as exc:

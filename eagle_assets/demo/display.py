@@ -86,7 +86,8 @@ def materialization_line(mat: dg.AssetMaterialization) -> str:
     numbers = ", ".join(
         f"{k}={v.value:.4g}" if isinstance(v.value, float) else f"{k}={v.value}"
         for k, v in mat.metadata.items()
-        if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue)) and not k.startswith("dagster/")
+        if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue))
+        and not k.startswith("dagster/")
         and v.value  # zero counters (e.g. skip reasons that never happened) are noise here
     )
     version = mat.tags.get("dagster/data_version", "?") if mat.tags else "?"

@@ -8,8 +8,10 @@ One job per module:
 - :mod:`~eagle_assets.eagle3_checkpoint.trainer_process.cpu` adapts speculators' trainer to a machine without an accelerator;
 - :mod:`~eagle_assets.eagle3_checkpoint.trainer_process.launch` is the process entry point (``python -m`` or ``torchrun -m``);
 - :mod:`~eagle_assets.eagle3_checkpoint.trainer` starts that process and streams its log;
-- :mod:`~eagle_assets.eagle3_checkpoint.saved` keeps the best checkpoint and validates it against the verifier;
-- :mod:`~eagle_assets.eagle3_checkpoint.synthetic` writes random features in the storage layout (tests, benchmarks).
+- :mod:`~eagle_assets.eagle3_checkpoint.saved` keeps the best checkpoint and validates it against the verifier.
+
+Random features in the storage layout, for tests and benchmarks of the training path, are test data:
+``tests/helpers/synthetic.py`` writes them, outside the package.
 
 Importing this package imports no torch: the Dagster code location stays light.
 """

@@ -22,35 +22,40 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata, shape_of
-from eagle_assets.hidden_states.files import INDEX_FILE
+from eagle_assets.core.layout import (
+    EAGLE3_CHECKPOINT,
+    HIDDEN_STATES,
+    INDEX_FILE,
+    PIPELINE,
+    PROMPTS,
+    SEQUENCES_FILE,
+    TOKEN_SEQUENCES,
+    TRAINING_FILE,
+    WORK_DIR,
+)
 from eagle_assets.eagle3_checkpoint.checks import (
     learned_check_result,
     loads_check_result,
     matches_verifier_check_result,
 )
-from eagle_assets.core.layout import PIPELINE
-from eagle_assets.orchestration.partitions import training_runs
-from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.token_sequences.build import SEQUENCES_FILE
 from eagle_assets.eagle3_checkpoint.saved import (
     keep_checkpoint,
     speculators_load_problems,
     verifier_facts,
     verifier_mismatches,
 )
-from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, TrainingDataError, build_training_data
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
+from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, TrainingDataError, build_training_data
+from eagle_assets.orchestration.partitions import training_runs
+from eagle_assets.resources import StorageRoot, Verifier
 
-ASSET = "eagle3_checkpoint"
 # prompts: its current table says which rows are train and which validation (eagle_assets.prompts.splits).
-UPSTREAM = ("prompts", "token_sequences", "hidden_states")
+UPSTREAM = (PROMPTS, TOKEN_SEQUENCES, HIDDEN_STATES)
 # Bump when the same inputs and settings would train a different checkpoint.
-CODE_VERSION = "eagle3_checkpoint-3"  # 3: validates on the prompts' validation split
-WORK_DIR = "_work"
+CODE_VERSION = "eagle3_checkpoint-3"
 # First-proposal validation accuracy a draft must reach. EAGLE-3 drafts of production verifiers sit
 # around 0.7-0.8; the demo's tiny-verifier draft reaches 0.94 (see DEMO_OPS), random features ~0.01.
 MIN_VAL_ACCURACY = 0.5
-TRAINING_FILE = "training.json"
 RECIPE_KEY = "recipe"
 
 
@@ -63,7 +68,9 @@ class Eagle3TrainingConfig(dg.Config, TrainingSettings):
         "token_sequences and hidden_states are materialized.",
     )
     min_val_accuracy: float = Field(
-        default=MIN_VAL_ACCURACY, ge=0, le=1,
+        default=MIN_VAL_ACCURACY,
+        ge=0,
+        le=1,
         description="Floor of the learned check: validation accuracy of the draft's first proposal "
         "(val_full_acc_0, best epoch). It must also beat always proposing the most frequent token.",
     )
@@ -102,14 +109,18 @@ def recipe_of(config: Eagle3TrainingConfig) -> dict:
 def recipe_changes(recorded: dict, recipe: dict) -> list[str]:
     """``field: recorded -> now`` for each setting both recipes hold that differs (a setting added to the
     code after the run was recorded is not a change of the run's recipe)."""
-    return [f"{name}: {recorded[name]!r} -> {recipe[name]!r}" for name in sorted(set(recorded) & set(recipe))
-            if recorded[name] != recipe[name]]
+    return [
+        f"{name}: {recorded[name]!r} -> {recipe[name]!r}"
+        for name in sorted(set(recorded) & set(recipe))
+        if recorded[name] != recipe[name]
+    ]
 
 
 def latest_record(instance: dg.DagsterInstance, run: str) -> dg.EventLogRecord | None:
     """The latest ``eagle3_checkpoint`` materialization of the training run ``run``."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSET), asset_partitions=[run]), limit=1).records
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT), asset_partitions=[run]), limit=1
+    ).records
     return records[0] if records else None
 
 
@@ -117,7 +128,9 @@ def checkpoint_of(instance: dg.DagsterInstance, run: str) -> Path:
     """The folder of the training run ``run``'s latest checkpoint (its ``path`` metadata)."""
     record = latest_record(instance, run)
     if record is None:
-        raise dg.Failure(f"training run {run!r} has no {ASSET} yet: materialize {ASSET} for partition {run!r} first")
+        raise dg.Failure(
+            f"training run {run!r} has no {EAGLE3_CHECKPOINT} yet: materialize {EAGLE3_CHECKPOINT} for partition {run!r} first"
+        )
     return Path(record.asset_materialization.metadata["path"].value)
 
 
@@ -140,13 +153,12 @@ def _features_of(checkpoint: Path, root: Path) -> list[FeatureManifest]:
     return [FeatureManifest.read(root / "hidden_states" / p) for p in partitions]
 
 
-def plan_metadata(root: Path, chosen: list[str], manifest: FeatureManifest, model_path: Path, text_config,
-                  log) -> dict:
+def plan_metadata(root: Path, chosen: list[str], manifest: FeatureManifest, model_path: Path, text_config, log) -> dict:
     """The capacity plan's numbers for the kept checkpoint, or none and a warning: the checkpoint is
     written by then, and a plan that cannot be made must not fail its run."""
     try:
         shape = shape_of(str(model_path), text_config, manifest.layer_ids)
-        return asset_plan_metadata(root, chosen, ASSET, feature_dtype=manifest.dtype, shape=shape)
+        return asset_plan_metadata(root, chosen, EAGLE3_CHECKPOINT, feature_dtype=manifest.dtype, shape=shape)
     # OSError: a stored file the plan stats or reads (unreadable tables are skipped inside already);
     # ValueError: a verifier config the plan cannot read (ShapeError) or a malformed number in it.
     except (OSError, ValueError) as exc:
@@ -159,7 +171,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     runs = training_runs()
 
     @dg.asset(
-        name=ASSET,
+        name=EAGLE3_CHECKPOINT,
         partitions_def=runs,
         deps=[dg.AssetDep(name, partition_mapping=all_partitions) for name in UPSTREAM],
         kinds={"pytorch", "speculators", "safetensors"},
@@ -167,8 +179,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         code_version=CODE_VERSION,
         pool="gpu",
     )
-    def eagle3_checkpoint(context: dg.AssetExecutionContext, config: Eagle3TrainingConfig,
-                          storage: StorageRoot, verifier: Verifier) -> dg.MaterializeResult:
+    def eagle3_checkpoint(
+        context: dg.AssetExecutionContext, config: Eagle3TrainingConfig, storage: StorageRoot, verifier: Verifier
+    ) -> dg.MaterializeResult:
         """An EAGLE-3 draft checkpoint (speculators format, vLLM `eagle3`) of one named training run, trained
         on the verifier's outputs.
 
@@ -188,7 +201,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         _check_recipe(context.instance, run_name, recipe)
         settings = _settings(config)
         chosen = _choose_partitions(config, partitions.get_partition_keys(), root, context.log)
-        work = storage.path(ASSET) / WORK_DIR
+        work = storage.path(EAGLE3_CHECKPOINT) / WORK_DIR
         try:
             data = build_training_data(root, chosen, work, log=context.log)
         except TrainingDataError as err:
@@ -214,8 +227,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             vocab = build_draft_vocab(data.path, settings.draft_vocab_size, vocab_size, log=context.log)
         except DraftVocabError as err:
             raise dg.Failure(str(err)) from err
-        context.log.info(f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering "
-                         f"{vocab.coverage:.1%} of supervised tokens")
+        context.log.info(
+            f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering {vocab.coverage:.1%} of supervised tokens"
+        )
         # A nested (Kimi-K2.5) config is resolved into a plain decoder folder speculators can read.
         trained_against = training_verifier(backend, model_path, work)
         run = trainer.train(data, vocab, str(trained_against), settings, work, context.log)
@@ -226,14 +240,29 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "settings": settings.model_dump(),
             "resolved_from_verifier": resolved,
             "code_version": CODE_VERSION,
-            "data": {"partitions": chosen, "folder": str(data.path), "content_hash": data.content_hash,
-                     "rows": data.num_rows, "validation_rows": data.num_validation_rows, "tokens": data.num_tokens, "supervised_tokens": data.num_supervised_tokens,
-                     "skipped_without_hidden_states": data.skipped_without_hidden_states,
-                     "skipped_unsupervised": data.skipped_unsupervised},
-            "vocab": {"size": vocab.size, "coverage": vocab.coverage,
-                      "distinct_supervised_tokens": vocab.distinct_supervised_tokens},
-            "verifier": {"path": str(model_path), "backend": backend.name, "identity": manifest.verifier_id,
-                         "layer_ids": manifest.layer_ids, "hidden_size": manifest.hidden_size},
+            "data": {
+                "partitions": chosen,
+                "folder": str(data.path),
+                "content_hash": data.content_hash,
+                "rows": data.num_rows,
+                "validation_rows": data.num_validation_rows,
+                "tokens": data.num_tokens,
+                "supervised_tokens": data.num_supervised_tokens,
+                "skipped_without_hidden_states": data.skipped_without_hidden_states,
+                "skipped_unsupervised": data.skipped_unsupervised,
+            },
+            "vocab": {
+                "size": vocab.size,
+                "coverage": vocab.coverage,
+                "distinct_supervised_tokens": vocab.distinct_supervised_tokens,
+            },
+            "verifier": {
+                "path": str(model_path),
+                "backend": backend.name,
+                "identity": manifest.verifier_id,
+                "layer_ids": manifest.layer_ids,
+                "hidden_size": manifest.hidden_size,
+            },
             "run": {"folder": str(run.run_dir), "dagster_run_id": context.run.run_id},
             "metrics": summary,
         }
@@ -246,10 +275,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         lineage = lineage_for_checkpoint(context, root, chosen, training=training, training_folder=data.path)
         folder, digest, lineage_sha256 = keep_checkpoint(
-            run.best_dir, storage.path(ASSET), {TRAINING_FILE: training},
-            finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes))
-        context.log.info(f"kept checkpoint {folder} (epoch {summary['best_epoch']}, val loss {summary['val_loss']:.4f}) "
-                         f"after {time.monotonic() - started:.0f}s")
+            run.best_dir,
+            storage.path(EAGLE3_CHECKPOINT),
+            {TRAINING_FILE: training},
+            finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes),
+        )
+        context.log.info(
+            f"kept checkpoint {folder} (epoch {summary['best_epoch']}, val loss {summary['val_loss']:.4f}) "
+            f"after {time.monotonic() - started:.0f}s"
+        )
         metadata = {
             "path": dg.MetadataValue.path(str(folder)),
             "training_run": run_name,
@@ -279,27 +313,41 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             data_version=dg.DataVersion(digest[:16]),
         )
 
-    @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
-                    description="The kept checkpoint loads with speculators and holds what it should: an eagle3 "
-                    "config, every draft weight (finite, loaded as saved), d2t/t2d that fit the draft and verifier "
-                    "vocabularies, and a forward pass on a tiny batch that proposes verifier tokens.")
+    @dg.asset_check(
+        asset=eagle3_checkpoint,
+        blocking=True,
+        partitions_def=runs,
+        description="The kept checkpoint loads with speculators and holds what it should: an eagle3 "
+        "config, every draft weight (finite, loaded as saved), d2t/t2d that fit the draft and verifier "
+        "vocabularies, and a forward pass on a tiny batch that proposes verifier tokens.",
+    )
     def loads_with_speculators(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         folder = checkpoint_of(context.instance, context.partition_key)
         return loads_check_result(folder, *speculators_load_problems(folder))
 
-    @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
-                    description="Training learned: the draft's first-proposal validation accuracy is at least "
-                    "min_val_accuracy and beats always proposing the most frequent supervised token.")
+    @dg.asset_check(
+        asset=eagle3_checkpoint,
+        blocking=True,
+        partitions_def=runs,
+        description="Training learned: the draft's first-proposal validation accuracy is at least "
+        "min_val_accuracy and beats always proposing the most frequent supervised token.",
+    )
     def learned(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         record = latest_record(context.instance, context.partition_key)
         return learned_check_result(
-            {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {})
+            {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {}
+        )
 
-    @dg.asset_check(asset=eagle3_checkpoint, blocking=True, partitions_def=runs,
-                    description="Hidden size, aux layer ids and d2t/t2d vocab maps agree with the verifier "
-                    "and with the hidden_states manifests the draft was trained on.")
-    def matches_verifier(context: dg.AssetCheckExecutionContext, storage: StorageRoot,
-                         verifier: Verifier) -> dg.AssetCheckResult:
+    @dg.asset_check(
+        asset=eagle3_checkpoint,
+        blocking=True,
+        partitions_def=runs,
+        description="Hidden size, aux layer ids and d2t/t2d vocab maps agree with the verifier "
+        "and with the hidden_states manifests the draft was trained on.",
+    )
+    def matches_verifier(
+        context: dg.AssetCheckExecutionContext, storage: StorageRoot, verifier: Verifier
+    ) -> dg.AssetCheckResult:
         folder = checkpoint_of(context.instance, context.partition_key)
         facts = verifier_facts(verifier.get_backend(), verifier.resolved_model_path())
         problems = []

@@ -27,10 +27,10 @@ def loads_check_result(folder: Path, problems: list[str], facts: dict) -> dg.Ass
         not problems,
         {**facts, "checkpoint": dg.MetadataValue.path(str(folder)), "problems": _problem_list(problems)},
         failed=f"checkpoint {folder.name} does not load or run as an EAGLE-3 draft: {len(problems)} problem(s): "
-               + "; ".join(problems),
+        + "; ".join(problems),
         fix="a checkpoint that speculators cannot load was written by another speculators version or a changed "
-            "trainer: check `pip show speculators` against pyproject.toml, then re-materialize eagle3_checkpoint "
-            "for this training run; non-finite weights mean training diverged: " + NEW_RUN + " with a lower lr",
+        "trainer: check `pip show speculators` against pyproject.toml, then re-materialize eagle3_checkpoint "
+        "for this training run; non-finite weights mean training diverged: " + NEW_RUN + " with a lower lr",
     )
 
 
@@ -39,23 +39,30 @@ def learned_check_result(metadata: dict) -> dg.AssetCheckResult:
     (`min_val_accuracy`) and the most-frequent-token baseline (`top_token_share`)."""
     accuracy, floor, baseline = (metadata.get(k) for k in (ACCURACY_KEY, "min_val_accuracy", "top_token_share"))
     if None in (accuracy, floor, baseline):
-        missing = [k for k, v in ((ACCURACY_KEY, accuracy), ("min_val_accuracy", floor), ("top_token_share", baseline))
-                   if v is None]
-        return check_result(False, {"missing": ", ".join(missing)},
-                            failed=f"the latest eagle3_checkpoint materialization lacks {', '.join(missing)}",
-                            fix="re-materialize eagle3_checkpoint for this training run (a materialization from "
-                                "older code did not record them)")
+        missing = [
+            k
+            for k, v in ((ACCURACY_KEY, accuracy), ("min_val_accuracy", floor), ("top_token_share", baseline))
+            if v is None
+        ]
+        return check_result(
+            False,
+            {"missing": ", ".join(missing)},
+            failed=f"the latest eagle3_checkpoint materialization lacks {', '.join(missing)}",
+            fix="re-materialize eagle3_checkpoint for this training run (a materialization from "
+            "older code did not record them)",
+        )
     below_floor, at_baseline = accuracy < floor, accuracy <= baseline
     reasons = ([f"below min_val_accuracy {floor}"] if below_floor else []) + (
-        [f"not above the most-frequent-token baseline {baseline:.3f}"] if at_baseline else [])
+        [f"not above the most-frequent-token baseline {baseline:.3f}"] if at_baseline else []
+    )
     return check_result(
         not reasons,
         {ACCURACY_KEY: accuracy, "min_val_accuracy": floor, "top_token_share": baseline},
         failed=f"the draft's first-proposal validation accuracy ({ACCURACY_KEY}, best epoch) is {accuracy:.3f}: "
-               + " and ".join(reasons),
+        + " and ".join(reasons),
         fix=f"training did not learn enough: {NEW_RUN} with more epochs, another lr, or more training data "
-            "(more prompts or dataset partitions); if the floor is too strict for this data, re-materialize the run "
-            "with a lower min_val_accuracy (a check floor, not part of the recipe)",
+        "(more prompts or dataset partitions); if the floor is too strict for this data, re-materialize the run "
+        "with a lower min_val_accuracy (a check floor, not part of the recipe)",
     )
 
 
@@ -65,9 +72,9 @@ def matches_verifier_check_result(folder: Path, problems: list[str]) -> dg.Asset
         not problems,
         {"checkpoint": dg.MetadataValue.path(str(folder)), "problems": _problem_list(problems)},
         failed=f"checkpoint {folder.name} does not fit the verifier or the hidden states it was trained on: "
-               + "; ".join(problems),
+        + "; ".join(problems),
         fix="point the verifier resource (verifier.model_path) at the model the hidden states were captured from; "
-            "if the verifier changed on purpose, re-materialize hidden_states, then " + NEW_RUN,
+        "if the verifier changed on purpose, re-materialize hidden_states, then " + NEW_RUN,
     )
 
 
@@ -75,17 +82,20 @@ def acceptance_check_result(run: str, metadata: dict | None) -> dg.AssetCheckRes
     """`acceptance_length_above_floor`: the vLLM-measured acceptance length τ of the in-distribution set (from
     the `eagle3_eval` materialization's `metadata`, None when there is none) against `min_acceptance_length`."""
     if metadata is None:
-        return check_result(False, {"training_run": run},
-                            failed=f"eagle3_eval of training run {run!r} has never been materialized",
-                            fix=f"materialize eagle3_eval for partition {run!r} (after its eagle3_checkpoint)")
+        return check_result(
+            False,
+            {"training_run": run},
+            failed=f"eagle3_eval of training run {run!r} has never been materialized",
+            fix=f"materialize eagle3_eval for partition {run!r} (after its eagle3_checkpoint)",
+        )
     label = metadata["eval_set"]
     tau, floor = metadata[f"{label}/acceptance_length"], metadata["min_acceptance_length"]
     return check_result(
         tau >= floor,
         {"eval_set": label, "acceptance_length": tau, "min_acceptance_length": floor},
         failed=f"acceptance length τ on {label} is {tau:.3f}, below min_acceptance_length {floor} (τ = 1 + "
-               "accepted/drafts, measured by vLLM)",
+        "accepted/drafts, measured by vLLM)",
         fix=f"train a better draft ({NEW_RUN} with more epochs or more training data) and evaluate it; the "
-            "per-position acceptance (acceptance_pos_k) shows where proposals stop being accepted; if the floor "
-            "is too strict for this verifier, re-materialize eagle3_eval with a lower min_acceptance_length",
+        "per-position acceptance (acceptance_pos_k) shows where proposals stop being accepted; if the floor "
+        "is too strict for this verifier, re-materialize eagle3_eval with a lower min_acceptance_length",
     )

@@ -20,11 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from eagle_assets.core.files import combined_hash, file_sha256, write_json
+from eagle_assets.core.layout import MODEL_FILES, TRAINING_STATE_FILES
 from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest
-
-MODEL_FILES = ("config.json", "model.safetensors")
-# Resume state stays in the run folder; everything else speculators wrote for the epoch is kept.
-TRAINING_STATE_FILES = ("optimizer_state_dict.pt", "scheduler_state_dict.pt", "training_state.json")
 
 
 def model_file_hashes(folder: Path) -> dict[str, str]:
@@ -43,8 +40,12 @@ def checkpoint_hash(folder: Path) -> str:
     return hash_of_model_files(model_file_hashes(folder))
 
 
-def keep_checkpoint(best_dir: Path, out_root: Path, extra_json: dict[str, dict],
-                    finish: Callable[[Path, Mapping[str, str]], object] | None = None) -> tuple[Path, str, object]:
+def keep_checkpoint(
+    best_dir: Path,
+    out_root: Path,
+    extra_json: dict[str, dict],
+    finish: Callable[[Path, Mapping[str, str]], object] | None = None,
+) -> tuple[Path, str, object]:
     """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<hash>``;
     ``finish`` (e.g. the lineage writer) runs on the complete folder before it takes its final name,
     given the :func:`model_file_hashes` of the copied files. Returns (folder, content hash, what
@@ -92,7 +93,7 @@ def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> 
 
     try:
         model = load_draft(folder, device="cpu")
-    except Exception as exc:  # noqa: BLE001 - whatever speculators raises is the check's finding
+    except Exception as exc:
         return [f"speculators could not load {folder}: {type(exc).__name__}: {exc}"], {}
     config = model.config
     problems = []
@@ -100,7 +101,7 @@ def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> 
         problems.append(f"loaded as {type(model).__name__} ({config.speculators_model_type!r}), not an eagle3 draft")
     saved = load_file(str(Path(folder) / "model.safetensors"))
     state = model.state_dict()
-    missing = sorted(set(state) - set(saved) - set(model._keys_to_ignore_on_save))  # noqa: SLF001
+    missing = sorted(set(state) - set(saved) - set(model._keys_to_ignore_on_save))
     if missing:
         problems.append(f"model.safetensors lacks draft weights {missing[:6]}")
     nonfinite = sorted(k for k, v in saved.items() if v.is_floating_point() and not torch.isfinite(v).all())
@@ -112,8 +113,10 @@ def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> 
     draft_vocab, verifier_vocab = config.draft_vocab_size, model.verifier_vocab_size
     if model.use_draft_vocab:
         if tuple(model.d2t.shape) != (draft_vocab,) or tuple(model.t2d.shape) != (verifier_vocab,):
-            problems.append(f"d2t {list(model.d2t.shape)} / t2d {list(model.t2d.shape)} do not fit draft vocab "
-                            f"{draft_vocab} / verifier vocab {verifier_vocab}")
+            problems.append(
+                f"d2t {list(model.d2t.shape)} / t2d {list(model.t2d.shape)} do not fit draft vocab "
+                f"{draft_vocab} / verifier vocab {verifier_vocab}"
+            )
         elif int(model.t2d.sum()) != draft_vocab:
             problems.append(f"t2d marks {int(model.t2d.sum())} tokens, draft_vocab_size is {draft_vocab}")
     generator = torch.Generator().manual_seed(0)
@@ -122,13 +125,19 @@ def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> 
     states = torch.randn(seq, aux + 1, config.transformer_layer_config.hidden_size, generator=generator)
     proposals = draft_proposals(model, ids, states, num_speculative_tokens)
     if tuple(proposals.shape) != (seq - 1, num_speculative_tokens):
-        problems.append(f"a forward on {seq} tokens proposed shape {list(proposals.shape)}, expected "
-                        f"[{seq - 1}, {num_speculative_tokens}]")
+        problems.append(
+            f"a forward on {seq} tokens proposed shape {list(proposals.shape)}, expected "
+            f"[{seq - 1}, {num_speculative_tokens}]"
+        )
     elif int(proposals.min()) < 0 or int(proposals.max()) >= verifier_vocab:
         problems.append(f"a forward proposed token ids outside the verifier's vocabulary 0..{verifier_vocab - 1}")
-    facts = {"model_class": type(model).__name__, "tensors": len(saved), "draft_vocab_size": draft_vocab,
-             "verifier_vocab_size": verifier_vocab,
-             "draft_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    facts = {
+        "model_class": type(model).__name__,
+        "tensors": len(saved),
+        "draft_vocab_size": draft_vocab,
+        "verifier_vocab_size": verifier_vocab,
+        "draft_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+    }
     return problems, facts
 
 
@@ -144,8 +153,11 @@ def _vocab_maps(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def verifier_facts(backend, model_path) -> dict[str, int]:
     """What the checks compare, read through the verifier's backend (which knows nested text configs)."""
-    return {"hidden_size": backend.hidden_size(model_path), "num_hidden_layers": backend.num_layers(model_path),
-            "vocab_size": backend.vocab_size(model_path)}
+    return {
+        "hidden_size": backend.hidden_size(model_path),
+        "num_hidden_layers": backend.num_layers(model_path),
+        "vocab_size": backend.vocab_size(model_path),
+    }
 
 
 def verifier_mismatches(folder: Path, verifier: dict[str, int], manifest: FeatureManifest) -> list[str]:

@@ -19,36 +19,74 @@ from pydantic import BaseModel, Field
 
 class TrainingSettings(BaseModel):
     num_layers: int = Field(default=1, ge=1, description="Draft decoder layers.")
-    ttt_steps: int = Field(default=3, ge=1, description="Test-time-training steps the draft is unrolled over "
-                           "(train for as many steps as the speculative tokens you will serve).")
-    lr: float | None = Field(default=None, gt=0, description="Learning rate (Muon for 2-D weights, AdamW for "
-                             "the rest); unset = speculators' default (1e-3).")
+    ttt_steps: int = Field(
+        default=3,
+        ge=1,
+        description="Test-time-training steps the draft is unrolled over "
+        "(train for as many steps as the speculative tokens you will serve).",
+    )
+    lr: float | None = Field(
+        default=None,
+        gt=0,
+        description="Learning rate (Muon for 2-D weights, AdamW for the rest); unset = speculators' default (1e-3).",
+    )
     epochs: int = Field(default=5, ge=1, description="Maximum training epochs.")
-    draft_vocab_size: int | None = Field(default=None, ge=1, description="Draft vocabulary size: the most "
-                                         "frequent supervised tokens; unset = speculators' 32000, or half the "
-                                         "verifier's vocabulary when that is smaller.")
-    total_seq_len: int | None = Field(default=None, ge=16, description="Tokens per packed training row (= per "
-                                      "optimizer step and process; longer samples are truncated); unset = a "
-                                      "prompt allowance plus the 8K generation budget, capped at the "
-                                      "verifier's context.")
+    draft_vocab_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Draft vocabulary size: the most "
+        "frequent supervised tokens; unset = speculators' 32000, or half the "
+        "verifier's vocabulary when that is smaller.",
+    )
+    total_seq_len: int | None = Field(
+        default=None,
+        ge=16,
+        description="Tokens per packed training row (= per "
+        "optimizer step and process; longer samples are truncated); unset = a "
+        "prompt allowance plus the 8K generation budget, capped at the "
+        "verifier's context.",
+    )
     attention_impl: Literal["auto", "simple_flex_attention", "sdpa", "eager"] = Field(
-        default="auto", description="Draft attention kernel; auto = flex attention on GPU, sdpa on CPU "
-        "(flex attention has no CPU backward).")
+        default="auto",
+        description="Draft attention kernel; auto = flex attention on GPU, sdpa on CPU "
+        "(flex attention has no CPU backward).",
+    )
     loss_implementation: Literal["auto", "fused", "eager"] = Field(
-        default="auto", description="Draft loss kernel; auto = speculators' fused Triton loss on GPU (an online "
-        "softmax: no float32 [tokens, draft vocab] intermediates), eager on CPU (the fused kernel needs a GPU).")
+        default="auto",
+        description="Draft loss kernel; auto = speculators' fused Triton loss on GPU (an online "
+        "softmax: no float32 [tokens, draft vocab] intermediates), eager on CPU (the fused kernel needs a GPU).",
+    )
     seed: int = Field(default=0, description="Seed for initialisation and packing order.")
-    num_processes: int = Field(default=1, ge=0, description="Training processes, one per GPU; 0 = every "
-                               "visible GPU (1 without GPUs); above 1 the run is launched with torchrun (DDP).")
-    dataloader_workers: int | None = Field(default=None, ge=0, description="DataLoader worker processes; "
-                                           "unset = none on CPU; on GPU one per CPU core left to each training process.")
-    cpu_threads: int = Field(default=1, ge=1, description="Intra-op threads when training on CPU. Drafts "
-                             "of tiny verifiers gain little from more, and OpenMP threads on cores that other "
-                             "processes also use run many times slower (measured 30x with 2 threads on 2 busy cores).")
-    early_stop_patience: int = Field(default=2, ge=0, description="Stop after this many epochs without a "
-                                     "better validation loss (0: never stop early).")
-    log_every_steps: int = Field(default=10, ge=1, description="Record training metrics every N optimizer "
-                                 "steps (each record synchronises the GPU, so keep it above 1 there).")
+    num_processes: int = Field(
+        default=1,
+        ge=0,
+        description="Training processes, one per GPU; 0 = every "
+        "visible GPU (1 without GPUs); above 1 the run is launched with torchrun (DDP).",
+    )
+    dataloader_workers: int | None = Field(
+        default=None,
+        ge=0,
+        description="DataLoader worker processes; "
+        "unset = none on CPU; on GPU one per CPU core left to each training process.",
+    )
+    cpu_threads: int = Field(
+        default=1,
+        ge=1,
+        description="Intra-op threads when training on CPU. Drafts "
+        "of tiny verifiers gain little from more, and OpenMP threads on cores that other "
+        "processes also use run many times slower (measured 30x with 2 threads on 2 busy cores).",
+    )
+    early_stop_patience: int = Field(
+        default=2,
+        ge=0,
+        description="Stop after this many epochs without a better validation loss (0: never stop early).",
+    )
+    log_every_steps: int = Field(
+        default=10,
+        ge=1,
+        description="Record training metrics every N optimizer "
+        "steps (each record synchronises the GPU, so keep it above 1 there).",
+    )
 
 
 # reasoning_samples' default max_tokens: the longest completion a sample can hold.
@@ -77,13 +115,16 @@ def speculators_recipe() -> dict[str, float | int]:
     from speculators.models.eagle3.config import Eagle3SpeculatorConfig
     from speculators.train.config.schema import DataArgs, OptimizerArgs
 
-    return {"lr": OptimizerArgs.model_fields["lr"].default,
-            "total_seq_len": DataArgs.model_fields["total_seq_len"].default,
-            "draft_vocab_size": Eagle3SpeculatorConfig.model_fields["draft_vocab_size"].default}
+    return {
+        "lr": OptimizerArgs.model_fields["lr"].default,
+        "total_seq_len": DataArgs.model_fields["total_seq_len"].default,
+        "draft_vocab_size": Eagle3SpeculatorConfig.model_fields["draft_vocab_size"].default,
+    }
 
 
-def resolve_settings(settings: TrainingSettings, shape: VerifierShape,
-                     recipe: dict[str, float | int] | None = None) -> tuple[TrainingSettings, dict[str, str]]:
+def resolve_settings(
+    settings: TrainingSettings, shape: VerifierShape, recipe: dict[str, float | int] | None = None
+) -> tuple[TrainingSettings, dict[str, str]]:
     """``settings`` with every unset field of :data:`RESOLVED_FIELDS` filled for this verifier, and, for
     each field filled, how its value was reached (for the step log and lineage). Set fields win."""
     recipe = recipe or speculators_recipe()
@@ -93,10 +134,15 @@ def resolve_settings(settings: TrainingSettings, shape: VerifierShape,
     # frequent half, so the head still differs from the verifier's (vLLM loads such a draft with d2t/t2d).
     vocab = min(int(recipe["draft_vocab_size"]), max(1, shape.vocab_size // 2))
     candidates = {
-        "total_seq_len": (rows, f"prompt allowance {PROMPT_ALLOWANCE} + generation budget {GENERATION_BUDGET}"
-                                f", capped at the verifier's context {shape.context_length}"),
-        "draft_vocab_size": (vocab, f"min(speculators' {recipe['draft_vocab_size']}, half the verifier's "
-                                    f"vocabulary {shape.vocab_size})"),
+        "total_seq_len": (
+            rows,
+            f"prompt allowance {PROMPT_ALLOWANCE} + generation budget {GENERATION_BUDGET}"
+            f", capped at the verifier's context {shape.context_length}",
+        ),
+        "draft_vocab_size": (
+            vocab,
+            f"min(speculators' {recipe['draft_vocab_size']}, half the verifier's vocabulary {shape.vocab_size})",
+        ),
         "lr": (recipe["lr"], "speculators' default"),
     }
     filled = {name: candidates[name] for name in RESOLVED_FIELDS if getattr(settings, name) is None}

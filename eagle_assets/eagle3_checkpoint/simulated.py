@@ -53,7 +53,7 @@ def load_draft(folder: Path, device: str | None = None):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = Eagle3SpeculatorConfig.from_pretrained(str(folder))
     if device == "cpu":
-        config.transformer_layer_config._attn_implementation = "sdpa"  # noqa: SLF001
+        config.transformer_layer_config._attn_implementation = "sdpa"
     model = Eagle3DraftModel.from_pretrained(str(folder), config=config)
     return model.to(device).eval()
 

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_assets.core.child_process import die_with_parent
-from eagle_assets.hidden_states.files import TRAINER_BACKENDS
 from eagle_assets.core.files import combined_hash, write_json
-from eagle_assets.eagle3_checkpoint.training_data import TrainingData
-from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count
+from eagle_assets.core.layout import TRAINER_DONE_FILE
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count
+from eagle_assets.eagle3_checkpoint.training_data import TrainingData
 from eagle_assets.eagle3_checkpoint.vocab import DraftVocab
+from eagle_assets.hidden_states.files import TRAINER_BACKENDS
 
-DONE_FILE = "done.json"
 # NVLink multicast (NVLS) off unless the caller's environment says otherwise: a small draft's DDP
 # all-reduce does not need it, and on shared hosts a job using it can take the GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
@@ -63,8 +63,9 @@ def _mask_token_id(verifier_path: str) -> int:
     return 0
 
 
-def speculators_flags(settings: TrainingSettings, data: TrainingData, vocab: DraftVocab,
-                      verifier_path: str, save_path: Path, on_cpu: bool) -> list[str]:
+def speculators_flags(
+    settings: TrainingSettings, data: TrainingData, vocab: DraftVocab, verifier_path: str, save_path: Path, on_cpu: bool
+) -> list[str]:
     """The ``speculators train`` flags for this run."""
     attention = settings.attention_impl
     if attention == "auto":
@@ -125,17 +126,30 @@ def resolve_process_count(num_processes: int, on_cpu: bool) -> int:
     if num_processes == 0:
         return 1 if on_cpu else visible
     if not on_cpu and num_processes > visible:
-        raise ValueError(f"num_processes={num_processes} but this host shows {visible} CUDA GPU(s): "
-                         f"set num_processes to at most {visible}, or 0 for every GPU (one training process per GPU)")
+        raise ValueError(
+            f"num_processes={num_processes} but this host shows {visible} CUDA GPU(s): "
+            f"set num_processes to at most {visible}, or 0 for every GPU (one training process per GPU)"
+        )
     return num_processes
 
 
 def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_argv: list[str]) -> list[str]:
-    own = ["--metrics-file", str(metrics_file), "--early-stop-patience", str(settings.early_stop_patience),
-           "--cpu-threads", str(settings.cpu_threads)]
+    own = [
+        "--metrics-file",
+        str(metrics_file),
+        "--early-stop-patience",
+        str(settings.early_stop_patience),
+        "--cpu-threads",
+        str(settings.cpu_threads),
+    ]
     if settings.num_processes > 1:
-        head = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={settings.num_processes}"]
+        head = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={settings.num_processes}",
+        ]
     else:
         head = [sys.executable]
     return [*head, "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch", *own, "--", *speculators_argv]
@@ -153,8 +167,16 @@ def run_streaming(command: list[str], log, cwd: Path, done: Callable[[], bool] |
     killed (a benchmark stops a trainer once its timed epochs are over)."""
     env = process_env()
     tail: deque[str] = deque(maxlen=40)
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            cwd=cwd, env=env, preexec_fn=die_with_parent)
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        cwd=cwd,
+        env=env,
+        preexec_fn=die_with_parent,
+    )
     try:
         for line in proc.stdout:
             line = line.rstrip()
@@ -201,8 +223,9 @@ def summarize_metrics(metrics_file: Path) -> dict:
     if not vals:
         raise TrainingFailed(f"{metrics_file} holds no validation record: training ended before one epoch")
     best = min(vals, key=lambda r: r["val"]["loss_epoch"])
-    rates = _wall_clock_rates(trains) or [r["profile"]["tokens_per_s"] for r in trains
-                                          if (r.get("profile") or {}).get("tokens_per_s")]
+    rates = _wall_clock_rates(trains) or [
+        r["profile"]["tokens_per_s"] for r in trains if (r.get("profile") or {}).get("tokens_per_s")
+    ]
     summary = {
         "best_epoch": int(best["epoch"]),
         "epochs_run": len(vals),
@@ -217,23 +240,26 @@ def summarize_metrics(metrics_file: Path) -> dict:
     return summary
 
 
-def train(data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: TrainingSettings,
-          work_root: Path, log) -> TrainingRun:
+def train(
+    data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: TrainingSettings, work_root: Path, log
+) -> TrainingRun:
     """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder.
     ``settings`` must be complete (:func:`~eagle_assets.eagle3_checkpoint.settings.resolve_settings`)."""
-    from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
     from eagle_assets.eagle3_checkpoint.settings import RESOLVED_FIELDS
+    from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
 
     unset = [name for name in RESOLVED_FIELDS if getattr(settings, name) is None]
     if unset:
-        raise ValueError(f"training settings {unset} are unset: set them, or fill them for the verifier with "
-                         "eagle_assets.eagle3_checkpoint.settings.resolve_settings")
+        raise ValueError(
+            f"training settings {unset} are unset: set them, or fill them for the verifier with "
+            "eagle_assets.eagle3_checkpoint.settings.resolve_settings"
+        )
 
     run_dir = run_dir_for(work_root, data, settings)
     save_path = run_dir / "checkpoints"
     metrics_file = run_dir / "metrics.jsonl"
     best_dir = save_path / "checkpoint_best"
-    done = run_dir / DONE_FILE
+    done = run_dir / TRAINER_DONE_FILE
     if done.exists() and best_dir.exists():
         log.info(f"training run {run_dir} already finished: reusing its best checkpoint")
         return TrainingRun(run_dir, best_dir.resolve(), json.loads(done.read_text()))

@@ -30,12 +30,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from eagle_assets.hidden_states.files import INDEX_FILE
-from eagle_assets.prompts.splits import TRAIN, VALIDATION, read_current_splits
 from eagle_assets.core.files import combined_hash, write_parquet
-from eagle_assets.token_sequences.build import SEQUENCES_FILE, read_rows, row_keys
+from eagle_assets.core.layout import INDEX_FILE, SEQUENCES_FILE
+from eagle_assets.prompts.splits import TRAIN, VALIDATION, read_current_splits
+from eagle_assets.token_sequences.build import read_rows, row_keys
 
 COMPLETE_MARKER = ".complete"
 # safetensors' dtype names -> the manifest's storage dtypes (hidden_state_files.FEATURE_DTYPES).
@@ -205,8 +204,10 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
     skipped_missing = int(pc.sum(missing).as_py() or 0)
     rows = rows.filter(pc.invert(missing))
     if skipped_missing and log:
-        log.warning(f"{skipped_missing} train/validation rows of {partitions} have no hidden states yet and are left out: "
-                    "materialize hidden_states for them to train on everything")
+        log.warning(
+            f"{skipped_missing} train/validation rows of {partitions} have no hidden states yet and are left out: "
+            "materialize hidden_states for them to train on everything"
+        )
     _check_rows(rows)
     supervised = pa.array(_per_row_sum(rows["loss_mask"]), pa.int64())
     rows = rows.append_column("supervised_tokens", supervised)
@@ -223,22 +224,31 @@ def build_training_data(storage_root: Path, partitions: list[str], work_root: Pa
             )
     prompt_ids = rows["prompt_id"].to_pylist()
     # Train rows first, then validation rows (speculators validates on the tail); hash order inside each.
-    order = sorted(range(len(rows)),
-                   key=lambda i: (splits[i] == VALIDATION, hashlib.sha256(prompt_ids[i].encode()).digest()))
+    order = sorted(
+        range(len(rows)), key=lambda i: (splits[i] == VALIDATION, hashlib.sha256(prompt_ids[i].encode()).digest())
+    )
     rows = rows.take(pa.array(order))
     content_hash = combined_hash(
         [repr(manifest.identity())]
-        + [f"{s}:{c}:{hashlib.sha256(np.asarray(m, np.int8).tobytes()).hexdigest()}"
-           for s, c, m in zip(rows["split"].to_pylist(), rows["content_id"].to_pylist(),
-                              rows["loss_mask"].to_pylist(), strict=True)]
+        + [
+            f"{s}:{c}:{hashlib.sha256(np.asarray(m, np.int8).tobytes()).hexdigest()}"
+            for s, c, m in zip(
+                rows["split"].to_pylist(), rows["content_id"].to_pylist(), rows["loss_mask"].to_pylist(), strict=True
+            )
+        ]
     )
     final = work_root / f"data-{content_hash[:16]}"
     freqs, num_supervised = _supervised_counts(rows)
     result = TrainingData(
-        path=final, manifest=manifest, partitions=list(partitions), num_rows=len(rows),
+        path=final,
+        manifest=manifest,
+        partitions=list(partitions),
+        num_rows=len(rows),
         num_validation_rows=splits.count(VALIDATION),
-        num_tokens=int(pc.sum(rows["seq_len"]).as_py()), num_supervised_tokens=num_supervised,
-        skipped_without_hidden_states=skipped_missing, skipped_unsupervised=skipped_unsupervised,
+        num_tokens=int(pc.sum(rows["seq_len"]).as_py()),
+        num_supervised_tokens=num_supervised,
+        skipped_without_hidden_states=skipped_missing,
+        skipped_unsupervised=skipped_unsupervised,
         content_hash=content_hash,
     )
     if (final / COMPLETE_MARKER).exists():
@@ -256,11 +266,13 @@ def _write_folder(rows: pa.Table, freqs: dict[int, int], manifest: FeatureManife
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        arrow = pa.table({
-            "input_ids": rows["input_ids"].cast(pa.list_(pa.int64())),
-            "loss_mask": rows["loss_mask"].cast(pa.list_(pa.int64())),
-            "seq_len": rows["seq_len"].cast(pa.int64()),
-        })
+        arrow = pa.table(
+            {
+                "input_ids": rows["input_ids"].cast(pa.list_(pa.int64())),
+                "loss_mask": rows["loss_mask"].cast(pa.list_(pa.int64())),
+                "seq_len": rows["seq_len"].cast(pa.int64()),
+            }
+        )
         dataset = datasets.Dataset(arrow)
         dataset.set_format(type="torch")
         dataset.save_to_disk(str(tmp))

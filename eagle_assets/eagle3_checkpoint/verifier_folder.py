@@ -43,9 +43,11 @@ def training_verifier(backend: VerifierBackend, model_path: str | Path, out_root
         text["architectures"] = [ARCHITECTURES[text["model_type"]]]
     text.pop("quantization_config", None)  # the INT4 experts are not in the resolved folder
     embed = backend.embedding_weight_name(model_path)
-    sources = {"model.embed_tokens.weight": embed,
-               "lm_head.weight": backend.lm_head_weight_name(model_path),
-               "model.norm.weight": embed.replace("embed_tokens.weight", "norm.weight")}
+    sources = {
+        "model.embed_tokens.weight": embed,
+        "lm_head.weight": backend.lm_head_weight_name(model_path),
+        "model.norm.weight": embed.replace("embed_tokens.weight", "norm.weight"),
+    }
     tensors = {}
     for name, source in sources.items():
         with safe_open(str(model_path / _shard_of(model_path, source)), framework="pt") as fh:

@@ -79,8 +79,7 @@ def build_draft_vocab(data_dir: Path, draft_vocab_size: int, target_vocab_size: 
     paths = []
     for name, array in (("d2t", d2t.numpy()), ("t2d", t2d.numpy())):
         final = Path(data_dir) / f"{name}-{draft_vocab_size}.npy"
-        with atomic_path(final) as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, array)
+        with atomic_path(final) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, array)
         paths.append(final)
     return DraftVocab(paths[0], paths[1], draft_vocab_size, len(freqs), coverage, max(freqs.values()) / total)

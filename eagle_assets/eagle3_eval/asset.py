@@ -23,25 +23,34 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from eagle_assets.core.files import combined_hash, write_json, write_parquet
+from eagle_assets.core.layout import (
+    EAGLE3_CHECKPOINT,
+    EAGLE3_EVAL,
+    EVAL_REPORT_FILE,
+    GREEDY_OUTPUTS_FILE,
+    PIPELINE,
+    TRAINING_FILE,
+    prompts_file,
+)
 from eagle_assets.eagle3_checkpoint import asset as checkpoint_asset
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
-from eagle_assets.core.layout import PIPELINE
 from eagle_assets.orchestration.partitions import training_runs
 from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
-from eagle_assets.prompts.splits import prompts_file
-from eagle_assets.core.files import combined_hash, write_json, write_parquet
 
-ASSET = "eagle3_eval"
-CHECKPOINT_ASSET = checkpoint_asset.ASSET
-REPORT_FILE = "report.json"
-OUTPUTS_FILE = "greedy_outputs.parquet"
 # Bump when the same checkpoint and settings would be measured differently.
-CODE_VERSION = "eagle3_eval-3"  # 3: per training run; numbers keyed by prompt set
-OUTPUTS_SCHEMA = pa.schema([("eval_set", pa.string()), ("prompt_id", pa.string()),
-                            ("prompt_token_ids", pa.list_(pa.int32())),
-                            ("token_ids", pa.list_(pa.int32())), ("finish_reason", pa.string())])
+CODE_VERSION = "eagle3_eval-3"
+OUTPUTS_SCHEMA = pa.schema(
+    [
+        ("eval_set", pa.string()),
+        ("prompt_id", pa.string()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("token_ids", pa.list_(pa.int32())),
+        ("finish_reason", pa.string()),
+    ]
+)
 
 
 class Eagle3EvalConfig(dg.Config):
@@ -54,8 +63,10 @@ class Eagle3EvalConfig(dg.Config):
     )
     num_speculative_tokens: int = Field(default=3, ge=1, description="Draft tokens vLLM proposes per step (K).")
     max_prompts: int = Field(
-        default=64, ge=1, description="Prompts to send per set, in-distribution and out-of-distribution (the "
-        "first by prompt id, over the set's partitions)."
+        default=64,
+        ge=1,
+        description="Prompts to send per set, in-distribution and out-of-distribution (the "
+        "first by prompt id, over the set's partitions).",
     )
     max_tokens: int = Field(default=1024, ge=1, description="Most new tokens per greedy request.")
     partitions: list[str] = Field(
@@ -71,7 +82,8 @@ class Eagle3EvalConfig(dg.Config):
     )
     concurrency: int = Field(default=64, ge=1, description="Requests in flight at once.")
     port: int = Field(
-        default=0, ge=0,
+        default=0,
+        ge=0,
         description="Port of the speculating server; 0 = vllm_server.port + 1 (a kept-alive generation "
         "server on vllm_server.port stays untouched).",
     )
@@ -83,7 +95,8 @@ class Eagle3EvalConfig(dg.Config):
         description="Also serve without the draft (a second server start) to record tokens/s with and without.",
     )
     min_acceptance_length: float = Field(
-        default=2.0, ge=1.0,
+        default=2.0,
+        ge=1.0,
         description="Floor of the acceptance_length check (vLLM-measured τ). 2.0 = at least one draft token "
         "accepted per step on average; the embedded demo's draft reaches about 3.8 at K=3.",
     )
@@ -95,19 +108,23 @@ def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRo
     if not name:
         folder = checkpoint_asset.checkpoint_of(instance, run)
     else:
-        folder = Path(name) if "/" in name else storage.path(CHECKPOINT_ASSET) / name
+        folder = Path(name) if "/" in name else storage.path(EAGLE3_CHECKPOINT) / name
     if not (folder / "config.json").exists():
-        raise dg.Failure(f"checkpoint {folder} is gone or not a checkpoint folder: `eagle-assets checkpoints` lists "
-                         f"the kept ones; re-materialize {CHECKPOINT_ASSET} for training run {run!r}")
+        raise dg.Failure(
+            f"checkpoint {folder} is gone or not a checkpoint folder: `eagle-assets checkpoints` lists "
+            f"the kept ones; re-materialize {EAGLE3_CHECKPOINT} for training run {run!r}"
+        )
     trained_by = _training(folder).get("training_run")
     if trained_by is not None and trained_by != run:
-        raise dg.Failure(f"checkpoint {folder.name} belongs to training run {trained_by!r}, not {run!r}: evaluate it "
-                         f"in partition {trained_by!r}, so each run's evaluations stay its own")
+        raise dg.Failure(
+            f"checkpoint {folder.name} belongs to training run {trained_by!r}, not {run!r}: evaluate it "
+            f"in partition {trained_by!r}, so each run's evaluations stay its own"
+        )
     return folder
 
 
 def _training(checkpoint: Path) -> dict:
-    training = checkpoint / checkpoint_asset.TRAINING_FILE
+    training = checkpoint / TRAINING_FILE
     return json.loads(training.read_text()) if training.exists() else {}
 
 
@@ -128,8 +145,10 @@ def ood_partitions(config: Eagle3EvalConfig, root: Path, log) -> list[str]:
     if config.ood_partitions is not None:
         wrong = [p for p in config.ood_partitions if p not in evaluation_only]
         if wrong:
-            raise dg.Failure(f"ood_partitions {wrong} are not evaluation-only sources (their prompts have train "
-                             f"rows); the evaluation-only sources are {evaluation_only}")
+            raise dg.Failure(
+                f"ood_partitions {wrong} are not evaluation-only sources (their prompts have train "
+                f"rows); the evaluation-only sources are {evaluation_only}"
+            )
         return list(config.ood_partitions)
     chosen = [p for p in evaluation_only if prompts_file(root, p).exists()]
     unmaterialized = sorted(set(evaluation_only) - set(chosen))
@@ -142,16 +161,21 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     runs = training_runs()
 
     @dg.asset(
-        name=ASSET,
+        name=EAGLE3_EVAL,
         partitions_def=runs,
-        deps=[CHECKPOINT_ASSET, dg.AssetDep("prompts", partition_mapping=dg.AllPartitionMapping())],
+        deps=[EAGLE3_CHECKPOINT, dg.AssetDep("prompts", partition_mapping=dg.AllPartitionMapping())],
         kinds={"vllm", "speculators"},
         group_name=PIPELINE,
         code_version=CODE_VERSION,
         pool="gpu",
     )
-    def eagle3_eval(context: dg.AssetExecutionContext, config: Eagle3EvalConfig, storage: StorageRoot,
-                    vllm_server: VLLMServer, verifier: Verifier) -> dg.MaterializeResult:
+    def eagle3_eval(
+        context: dg.AssetExecutionContext,
+        config: Eagle3EvalConfig,
+        storage: StorageRoot,
+        vllm_server: VLLMServer,
+        verifier: Verifier,
+    ) -> dg.MaterializeResult:
         """Acceptance of a training run's EAGLE-3 draft on held-out and out-of-distribution prompts, measured
         by vLLM speculative decoding.
 
@@ -170,36 +194,56 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         chosen = config.partitions or training_partitions(checkpoint) or partitions.get_partition_keys()
         try:
             trained = trained_on(checkpoint)
-            sets = [require_prompts(heldout_set("in-distribution", root, chosen, config.max_prompts, trained)),
-                    heldout_set("out-of-distribution", root, ood_partitions(config, root, context.log),
-                                config.max_prompts, trained)]
+            sets = [
+                require_prompts(heldout_set("in-distribution", root, chosen, config.max_prompts, trained)),
+                heldout_set(
+                    "out-of-distribution", root, ood_partitions(config, root, context.log), config.max_prompts, trained
+                ),
+            ]
         except EvalSetError as err:
             raise dg.Failure(str(err)) from None
         heldout, ood = sets
         for chosen_set in sets:
             if chosen_set.excluded_trained:
-                context.log.warning(f"{chosen_set.name}: {chosen_set.excluded_trained} held-out prompts left out: "
-                                    "the checkpoint trained or validated on their problem (prompts re-split after "
-                                    "training, or one problem in several partitions)")
-        context.log.info(f"evaluating {checkpoint} on {len(heldout.requests)} held-out prompts of {chosen} and "
-                         f"{len(ood.requests)} out-of-distribution prompts of {ood.partitions}, "
-                         f"K={config.num_speculative_tokens}, greedy, max_tokens {config.max_tokens}")
+                context.log.warning(
+                    f"{chosen_set.name}: {chosen_set.excluded_trained} held-out prompts left out: "
+                    "the checkpoint trained or validated on their problem (prompts re-split after "
+                    "training, or one problem in several partitions)"
+                )
+        context.log.info(
+            f"evaluating {checkpoint} on {len(heldout.requests)} held-out prompts of {chosen} and "
+            f"{len(ood.requests)} out-of-distribution prompts of {ood.partitions}, "
+            f"K={config.num_speculative_tokens}, greedy, max_tokens {config.max_tokens}"
+        )
         try:
             result = evaluate(
-                checkpoint, heldout.requests, vllm_server, verifier if config.simulated else None,
-                num_speculative_tokens=config.num_speculative_tokens, max_tokens=config.max_tokens,
-                concurrency=config.concurrency, port=config.port or vllm_server.port + 1,
-                measure_baseline=config.measure_baseline, logger=context.log, ood_requests=ood.requests,
+                checkpoint,
+                heldout.requests,
+                vllm_server,
+                verifier if config.simulated else None,
+                num_speculative_tokens=config.num_speculative_tokens,
+                max_tokens=config.max_tokens,
+                concurrency=config.concurrency,
+                port=config.port or vllm_server.port + 1,
+                measure_baseline=config.measure_baseline,
+                logger=context.log,
+                ood_requests=ood.requests,
             )
         except EvaluationError as err:
             raise dg.Failure(str(err)) from err
         label = set_label("heldout", chosen)
         ood_label = set_label("ood", ood.partitions) if ood.partitions else None
-        numbers = {**result.metadata_by_set(label, ood_label or "ood"), f"{label}/excluded_trained": heldout.excluded_trained}
+        numbers = {
+            **result.metadata_by_set(label, ood_label or "ood"),
+            f"{label}/excluded_trained": heldout.excluded_trained,
+        }
         if ood_label:
             numbers[f"{ood_label}/excluded_trained"] = ood.excluded_trained
-        labels = [label, *(f"{label}/variant[{name}]" for name in result.by_variant),
-                  *([ood_label] if ood_label else [])]
+        labels = [
+            label,
+            *(f"{label}/variant[{name}]" for name in result.by_variant),
+            *([ood_label] if ood_label else []),
+        ]
         report = {
             "training_run": run,
             "eval_sets": labels,
@@ -214,15 +258,28 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "dagster_run_id": context.run.run_id,
             **numbers,
         }
-        folder = storage.path(ASSET) / checkpoint.name
-        write_json(report, folder / REPORT_FILE)
+        folder = storage.path(EAGLE3_EVAL) / checkpoint.name
+        write_json(report, folder / EVAL_REPORT_FILE)
         # The verifier's greedy outputs the numbers were measured on (re-simulate other drafts on them).
         served_sets = [(heldout.name, result.served), (ood.name, result.ood)]
-        write_parquet(pa.Table.from_pylist(
-            [{"eval_set": name, "prompt_id": r["prompt_id"], "prompt_token_ids": r["prompt_token_ids"],
-              "token_ids": r["token_ids"], "finish_reason": r["finish_reason"]}
-             for name, served in served_sets if served is not None for r in served.ok_rows],
-            schema=OUTPUTS_SCHEMA), folder / OUTPUTS_FILE)
+        write_parquet(
+            pa.Table.from_pylist(
+                [
+                    {
+                        "eval_set": name,
+                        "prompt_id": r["prompt_id"],
+                        "prompt_token_ids": r["prompt_token_ids"],
+                        "token_ids": r["token_ids"],
+                        "finish_reason": r["finish_reason"],
+                    }
+                    for name, served in served_sets
+                    if served is not None
+                    for r in served.ok_rows
+                ],
+                schema=OUTPUTS_SCHEMA,
+            ),
+            folder / GREEDY_OUTPUTS_FILE,
+        )
         version = combined_hash([checkpoint.name, json.dumps(numbers, sort_keys=True)])[:16]
         return dg.MaterializeResult(
             metadata={
@@ -233,21 +290,28 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "training_run": run,
                 "min_acceptance_length": config.min_acceptance_length,
                 "checkpoint": dg.MetadataValue.path(str(checkpoint)),
-                "report": dg.MetadataValue.path(str(folder / REPORT_FILE)),
-                "greedy_outputs": dg.MetadataValue.path(str(folder / OUTPUTS_FILE)),
+                "report": dg.MetadataValue.path(str(folder / EVAL_REPORT_FILE)),
+                "greedy_outputs": dg.MetadataValue.path(str(folder / GREEDY_OUTPUTS_FILE)),
                 "partitions": ", ".join(chosen),
                 "ood_partitions": ", ".join(ood.partitions) or "(none)",
             },
             data_version=dg.DataVersion(version),
         )
 
-    @dg.asset_check(asset=eagle3_eval, partitions_def=runs, description="vLLM-measured acceptance length on the "
-                    "in-distribution held-out set is at least the configured floor (min_acceptance_length of the "
-                    "evaluation run).")
+    @dg.asset_check(
+        asset=eagle3_eval,
+        partitions_def=runs,
+        description="vLLM-measured acceptance length on the "
+        "in-distribution held-out set is at least the configured floor (min_acceptance_length of the "
+        "evaluation run).",
+    )
     def acceptance_length_above_floor(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSET), asset_partitions=[context.partition_key]), limit=1).records
-        return acceptance_check_result(context.partition_key, {
-            k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None)
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_EVAL), asset_partitions=[context.partition_key]), limit=1
+        ).records
+        return acceptance_check_result(
+            context.partition_key,
+            {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None,
+        )
 
     return {"assets": [eagle3_eval], "checks": [acceptance_length_above_floor]}

@@ -20,12 +20,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from eagle_assets.core.layout import EVAL_ROWS_FILE, TRAINING_FILE, prompts_file
+from eagle_assets.prompts.splits import HELDOUT
 from eagle_assets.reasoning_samples.engine import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.variants import assign_variant, read_variants
-from eagle_assets.prompts.splits import HELDOUT, prompts_file
-
-TRAINING_FILE = "training.json"
-ROWS_FILE = "rows.parquet"
 
 
 class EvalSetError(ValueError):
@@ -55,17 +53,22 @@ def trained_on(checkpoint: Path) -> TrainedOn:
     """What ``checkpoint`` trained on, from the training folder its ``training.json`` names."""
     training = Path(checkpoint) / TRAINING_FILE
     if not training.exists():
-        raise EvalSetError(f"{training} is missing: without it the trained prompts are unknown and held-out "
-                           "prompts cannot be proven unseen; evaluate a checkpoint made by eagle3_checkpoint")
+        raise EvalSetError(
+            f"{training} is missing: without it the trained prompts are unknown and held-out "
+            "prompts cannot be proven unseen; evaluate a checkpoint made by eagle3_checkpoint"
+        )
     folder = Path(json.loads(training.read_text())["data"]["folder"])
-    rows = folder / ROWS_FILE
+    rows = folder / EVAL_ROWS_FILE
     if not rows.exists():
-        raise EvalSetError(f"{rows} (the rows {checkpoint} was trained on) is missing: the training folder was "
-                           "deleted or moved; re-materialize eagle3_checkpoint to rebuild it")
+        raise EvalSetError(
+            f"{rows} (the rows {checkpoint} was trained on) is missing: the training folder was "
+            "deleted or moved; re-materialize eagle3_checkpoint to rebuild it"
+        )
     table = pq.read_table(rows)
     if "group_id" not in table.column_names:
-        raise EvalSetError(f"{rows} has no group_id column (a checkpoint from before problem groups): "
-                           "re-materialize eagle3_checkpoint")
+        raise EvalSetError(
+            f"{rows} has no group_id column (a checkpoint from before problem groups): re-materialize eagle3_checkpoint"
+        )
     return TrainedOn(frozenset(table["prompt_id"].to_pylist()), frozenset(table["group_id"].to_pylist()))
 
 
@@ -82,17 +85,25 @@ def heldout_set(name: str, root: Path, partitions: list[str], limit: int, traine
             raise EvalSetError(f"{path} predates problem groups: re-materialize prompts for partition '{partition}'")
         # Each prompt is asked in the sampling variant its partition's capture would give it.
         variants = read_variants(Path(root) / "reasoning_samples" / partition)
-        rows += [{**r, "variant": assign_variant(r["prompt_id"], variants)}
-                 for r in table.select(["prompt_id", "messages", "split", "group_id"]).to_pylist()
-                 if r["split"] == HELDOUT]
+        rows += [
+            {**r, "variant": assign_variant(r["prompt_id"], variants)}
+            for r in table.select(["prompt_id", "messages", "split", "group_id"]).to_pylist()
+            if r["split"] == HELDOUT
+        ]
     if trained is not None:
         kept = [r for r in rows if not trained.covers(r["prompt_id"], r["group_id"])]
         out.excluded_trained = len(rows) - len(kept)
         rows = kept
     rows.sort(key=lambda r: r["prompt_id"])
-    out.requests = [PromptRequest(r["prompt_id"], [dict(m) for m in r["messages"]], HELDOUT,
-                                  r["variant"].sampling(Sampling()) if r["variant"] else None)
-                    for r in rows[:limit]]
+    out.requests = [
+        PromptRequest(
+            r["prompt_id"],
+            [dict(m) for m in r["messages"]],
+            HELDOUT,
+            r["variant"].sampling(Sampling()) if r["variant"] else None,
+        )
+        for r in rows[:limit]
+    ]
     return out
 
 
@@ -104,7 +115,9 @@ def require_prompts(chosen: EvalSet) -> EvalSet:
         raise EvalSetError(
             f"{chosen.name}: no held-out prompt of {chosen.partitions} is left once the {chosen.excluded_trained} "
             "whose problem the checkpoint trained or validated on are excluded (the prompts were re-split after "
-            "training): re-materialize eagle3_checkpoint so it trains on the current split")
+            "training): re-materialize eagle3_checkpoint so it trains on the current split"
+        )
     raise EvalSetError(
         f"{chosen.name}: the prompts of {chosen.partitions} have no heldout rows: re-materialize prompts with a "
-        "larger heldout_fraction (or more prompts), then eagle3_checkpoint, or choose other eagle3_eval partitions")
+        "larger heldout_fraction (or more prompts), then eagle3_checkpoint, or choose other eagle3_eval partitions"
+    )

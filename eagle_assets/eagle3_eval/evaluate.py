@@ -10,10 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from eagle_assets.eagle3_eval.served import (
-    GREEDY, ServedDraftError, ServedRun, confirm_serves_checkpoint, run_greedy,
-)
 from eagle_assets.eagle3_checkpoint.simulated import GreedySample, SimulatedAcceptance, load_draft, simulate
+from eagle_assets.eagle3_eval.served import (
+    GREEDY,
+    ServedDraftError,
+    ServedRun,
+    confirm_serves_checkpoint,
+    run_greedy,
+)
 from eagle_assets.reasoning_samples.engine import PromptRequest
 from eagle_assets.resources import Verifier, VLLMServer
 
@@ -58,7 +62,6 @@ class Evaluation:
                 meta["speedup"] = round(self.served.tokens_per_s / self.baseline.tokens_per_s, 4)
         return meta
 
-
     def metadata_by_set(self, label: str, ood_label: str) -> dict[str, float | int | str]:
         """:meth:`metadata` with each prompt set's numbers under its own key prefix (``<label>/acceptance_length``,
         ``<ood_label>/acceptance_length``), so a plot of one key never joins numbers of different prompt sets."""
@@ -79,12 +82,16 @@ SHARED_KEYS = ("num_speculative_tokens", "acceptance_convention")
 
 def tau_by_set(metadata: dict) -> dict[str, float]:
     """vLLM-measured τ per prompt set from :meth:`Evaluation.metadata_by_set`'s keys (or a report of them)."""
-    return {key.removesuffix("/acceptance_length"): getattr(value, "value", value) for key, value in metadata.items()
-            if key.endswith("/acceptance_length")}
+    return {
+        key.removesuffix("/acceptance_length"): getattr(value, "value", value)
+        for key, value in metadata.items()
+        if key.endswith("/acceptance_length")
+    }
 
 
 def acceptance_table(metadata: dict, labels: Sequence[str]) -> str:
     """A Markdown table of the prompt sets in ``labels``: prompts, τ, per-position acceptance, simulated τ."""
+
     def get(label: str, key: str):
         value = metadata.get(f"{label}/{key}")
         return getattr(value, "value", value)
@@ -94,8 +101,10 @@ def acceptance_table(metadata: dict, labels: Sequence[str]) -> str:
     for label in labels:
         positions = " / ".join(f"{get(label, f'acceptance_pos_{i}'):.3f}" for i in range(1, k + 1))
         simulated = get(label, "simulated_acceptance_length")
-        lines.append(f"| {label} | {get(label, 'prompts_evaluated')} | {get(label, 'acceptance_length'):.3f} | "
-                     f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} |")
+        lines.append(
+            f"| {label} | {get(label, 'prompts_evaluated')} | {get(label, 'acceptance_length'):.3f} | "
+            f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} |"
+        )
     return "\n".join(lines)
 
 
@@ -107,8 +116,9 @@ def greedy_request(request: PromptRequest, max_tokens: int) -> PromptRequest:
     return replace(request, sampling=replace(request.sampling, max_tokens=max_tokens, seed=None, **GREEDY))
 
 
-def served_by_variant(urls, requests: Sequence[PromptRequest], max_tokens: int, log, concurrency: int,
-                      api_key: str | None) -> tuple[ServedRun, dict[str, ServedRun]]:
+def served_by_variant(
+    urls, requests: Sequence[PromptRequest], max_tokens: int, log, concurrency: int, api_key: str | None
+) -> tuple[ServedRun, dict[str, ServedRun]]:
     """The requests served greedily, one sampling variant after another when they name variants (each
     variant's counter delta then covers its own requests only), and all of them together."""
     groups: dict[str | None, list[PromptRequest]] = {}
@@ -119,11 +129,14 @@ def served_by_variant(urls, requests: Sequence[PromptRequest], max_tokens: int, 
     by_variant = {}
     for name, group in groups.items():
         log(f"sampling variant {name}: {len(group)} prompts")
-        by_variant[name or "none"] = run_greedy(urls, group, max_tokens, log, concurrency=concurrency,
-                                                api_key=api_key)
+        by_variant[name or "none"] = run_greedy(urls, group, max_tokens, log, concurrency=concurrency, api_key=api_key)
     runs = list(by_variant.values())
-    combined = replace(runs[0], counters=sum((r.counters for r in runs[1:]), runs[0].counters),
-                       rows=[row for r in runs for row in r.rows], wall_s=sum(r.wall_s for r in runs))
+    combined = replace(
+        runs[0],
+        counters=sum((r.counters for r in runs[1:]), runs[0].counters),
+        rows=[row for r in runs for row in r.rows],
+        wall_s=sum(r.wall_s for r in runs),
+    )
     return combined, by_variant
 
 
@@ -152,8 +165,9 @@ def _check_speculating(served: ServedRun, urls, label: str) -> None:
         )
 
 
-def speculative_server(server: VLLMServer, checkpoint: Path, num_speculative_tokens: int,
-                       port: int | None = None) -> VLLMServer:
+def speculative_server(
+    server: VLLMServer, checkpoint: Path, num_speculative_tokens: int, port: int | None = None
+) -> VLLMServer:
     """The same server settings plus ``--speculative-config`` serving ``checkpoint`` as an eagle3 draft.
 
     A different port by choice: a kept-alive generation server on the resource's port would otherwise
@@ -164,7 +178,9 @@ def speculative_server(server: VLLMServer, checkpoint: Path, num_speculative_tok
             f"vllm_server.extra_args already holds {SPECULATIVE_FLAG}: remove it, eagle3_eval sets the draft itself"
         )
     spec = {"method": "eagle3", "model": str(checkpoint), "num_speculative_tokens": num_speculative_tokens}
-    return replaced(server, port=port, extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True)])
+    return replaced(
+        server, port=port, extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True)]
+    )
 
 
 def replaced(server: VLLMServer, port: int | None = None, **changes) -> VLLMServer:
@@ -191,8 +207,13 @@ def greedy_samples(rows: Sequence[dict], verifier: Verifier, layer_ids: list[int
     def sink(sample) -> None:
         states[sample.key] = sample.hidden_states.clone()  # the backend reuses its buffer afterwards
 
-    request = ExtractionRequest(sequences=sequences, layer_ids=layer_ids, device=verifier.device,
-                                dtype=verifier.dtype, batch_tokens=verifier.batch_tokens)
+    request = ExtractionRequest(
+        sequences=sequences,
+        layer_ids=layer_ids,
+        device=verifier.device,
+        dtype=verifier.dtype,
+        batch_tokens=verifier.batch_tokens,
+    )
     verifier.get_backend().extract(verifier.resolved_model_path(), request, sink)
     return [GreedySample(ids, states[i], len(rows[i]["prompt_token_ids"])) for i, ids in sequences]
 
@@ -239,25 +260,32 @@ def evaluate(
         for name, run in by_variant.items():
             _check_speculating(run, urls, f"held-out (variant {name})")
             log(f"variant {name}: acceptance length {run.counters.acceptance_length:.3f}")
-        log(f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
+        log(
+            f"served: acceptance length {served.counters.acceptance_length:.3f}, per position "
             f"{[round(r, 3) for r in served.counters.acceptance_per_position]} over "
-            f"{int(served.counters.drafts)} drafts, {served.tokens_per_s:.0f} tok/s")
+            f"{int(served.counters.drafts)} drafts, {served.tokens_per_s:.0f} tok/s"
+        )
         if ood_requests:
             # After the first set has settled: each run's counter delta covers its own requests only.
             ood = run_greedy(urls, ood_requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
             _check_speculating(ood, urls, "out-of-distribution")
-            log(f"out-of-distribution: acceptance length {ood.counters.acceptance_length:.3f}, per position "
+            log(
+                f"out-of-distribution: acceptance length {ood.counters.acceptance_length:.3f}, per position "
                 f"{[round(r, 3) for r in ood.counters.acceptance_per_position]} over "
-                f"{int(ood.counters.drafts)} drafts")
+                f"{int(ood.counters.drafts)} drafts"
+            )
     simulated = None
     if verifier is not None:
         started = time.monotonic()
-        samples = greedy_samples(served.ok_rows, verifier,
-                                 checkpoint_layer_ids(checkpoint, verifier.resolved_model_path()))
+        samples = greedy_samples(
+            served.ok_rows, verifier, checkpoint_layer_ids(checkpoint, verifier.resolved_model_path())
+        )
         simulated = simulate(load_draft(checkpoint), samples, num_speculative_tokens)
-        log(f"simulated: acceptance length {simulated.acceptance_length:.3f}, per position "
+        log(
+            f"simulated: acceptance length {simulated.acceptance_length:.3f}, per position "
             f"{[round(r, 3) for r in simulated.acceptance_per_position]} over {simulated.drafts} draft starts "
-            f"({time.monotonic() - started:.0f}s)")
+            f"({time.monotonic() - started:.0f}s)"
+        )
     baseline = None
     if measure_baseline and managed:
         with replaced(server, port=port).serve(log=logger) as urls:

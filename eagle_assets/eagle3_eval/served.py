@@ -48,12 +48,14 @@ def served_speculative_config(base_url: str, api_key: str | None = None) -> dict
             f"{root}{SERVER_INFO} answered {answer}, so the server at {base_url} does not say which draft it "
             "serves: vLLM serves its engine config at /server_info only with VLLM_SERVER_DEV_MODE=1 in the "
             "server's environment. Restart it so, or let eagle3_eval start its own server (vllm_server mode "
-            "'managed')") from None
+            "'managed')"
+        ) from None
     return config.get("speculative_config") if isinstance(config, dict) else None
 
 
-def confirm_serves_checkpoint(base_urls: Sequence[str], checkpoint, num_speculative_tokens: int,
-                              api_key: str | None = None) -> None:
+def confirm_serves_checkpoint(
+    base_urls: Sequence[str], checkpoint, num_speculative_tokens: int, api_key: str | None = None
+) -> None:
     """Refuse (:class:`ServedDraftError`) unless every server speculates with ``checkpoint`` as its
     eagle3 draft and ``num_speculative_tokens`` tokens. A folder elsewhere counts when it has the same
     name: kept checkpoints are named by their content hash."""
@@ -63,15 +65,19 @@ def confirm_serves_checkpoint(base_urls: Sequence[str], checkpoint, num_speculat
     for url in base_urls:
         spec = served_speculative_config(url, api_key)
         if not spec:
-            raise ServedDraftError(f"the server at {url} serves no speculative draft; start it with --speculative-config "
-                                   f"'{{\"method\": \"eagle3\", \"model\": \"{checkpoint}\", "
-                                   f"\"num_speculative_tokens\": {num_speculative_tokens}}}'")
+            raise ServedDraftError(
+                f"the server at {url} serves no speculative draft; start it with --speculative-config "
+                f'\'{{"method": "eagle3", "model": "{checkpoint}", '
+                f'"num_speculative_tokens": {num_speculative_tokens}}}\''
+            )
         model = str(spec.get("model") or "")
         same = model and (Path(model).resolve() == checkpoint.resolve() or Path(model).name == checkpoint.name)
         found = f"method {spec.get('method')!r}, model {model!r}, K {spec.get('num_speculative_tokens')}"
         if not same or spec.get("method") != "eagle3" or spec.get("num_speculative_tokens") != num_speculative_tokens:
-            raise ServedDraftError(f"the server at {url} speculates with {found}, not this checkpoint "
-                                   f"({checkpoint}, eagle3, K {num_speculative_tokens}): restart it with that draft")
+            raise ServedDraftError(
+                f"the server at {url} speculates with {found}, not this checkpoint "
+                f"({checkpoint}, eagle3, K {num_speculative_tokens}): restart it with that draft"
+            )
 
 
 @dataclass

@@ -14,50 +14,49 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import PIPELINE
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.capacity import asset_plan_metadata, feature_bytes_per_token, shape_of
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
+from eagle_assets.core.checks import check_result
+from eagle_assets.core.files import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
+from eagle_assets.core.layout import INDEX_FILE, MANIFEST_FILE, PIPELINE, SCRATCH_DIR, SEQUENCES_FILE, TENSORS_DIR
 from eagle_assets.hidden_states.files import (
     FP8,
-    INDEX_FILE,
     INDEX_SCHEMA,
     SCALES_KEY,
-    TENSORS_DIR,
     SampleWriter,
     content_id,
     load_sample,
     relative_path,
 )
 from eagle_assets.hidden_states.parallel import extract_on_devices
-from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.prompts.splits import read_current_splits
-from eagle_assets.core.files import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
-from eagle_assets.token_sequences.build import SEQUENCES_FILE, list_rows, read_rows
+from eagle_assets.resources import StorageRoot, Verifier
+from eagle_assets.token_sequences.build import list_rows, read_rows
 
-# 2: index without a split column (splits come from the prompts table); 3: storage dtype (bf16 | fp8)
+# Bump when the files this asset writes for the same input would change.
 CODE_VERSION = "hidden_states-3"
-SCRATCH_DIR = "scratch"  # a backend's own temporary files (ExtractionRequest.scratch_dir)
-MANIFEST_FILE = "manifest.json"
 LOG_EVERY_S = 5.0
 GB = 1e9
 CHECK_SAMPLE = 16
 FORMATS = {
     "bfloat16": "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
     FP8: "hs-connectors fp8 (speculators' `fp8` backend): hidden_states [seq, n_aux+1, H] float8_e4m3fn + "
-         f"{SCALES_KEY} [seq, 1, 1] fp32 (per token) + token_ids [seq] int64",
+    f"{SCALES_KEY} [seq, 1, 1] fp32 (per token) + token_ids [seq] int64",
 }
+
 
 class HiddenStatesConfig(dg.Config):
     """Launchpad settings of the `hidden_states` asset."""
 
     splits: list[str] = Field(
-        default_factory=list, description="Only rows of these splits, as the current prompts table assigns them "
-        "(e.g. ['train', 'validation'], what the checkpoint reads); empty = every token_sequences row."
+        default_factory=list,
+        description="Only rows of these splits, as the current prompts table assigns them "
+        "(e.g. ['train', 'validation'], what the checkpoint reads); empty = every token_sequences row.",
     )
     disk_headroom_gb: float = Field(
-        default=2.0, ge=0.0,
+        default=2.0,
+        ge=0.0,
         description="Free space (GB) that must remain after the estimated write; the run fails before "
         "loading the model when the disk is shorter than estimate + headroom.",
     )
@@ -102,8 +101,10 @@ class _Progress:
         if now - self.last >= LOG_EVERY_S or samples == self.total_samples:
             self.last = now
             rate = tokens / max(now - self.started, 1e-9)
-            self.log.info(f"hidden states: {samples}/{self.total_samples} files, {tokens}/{self.total_tokens} tokens, "
-                          f"{rate:.0f} tok/s")
+            self.log.info(
+                f"hidden states: {samples}/{self.total_samples} files, {tokens}/{self.total_tokens} tokens, "
+                f"{rate:.0f} tok/s"
+            )
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
@@ -116,8 +117,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         code_version=CODE_VERSION,
         pool="gpu",
     )
-    def hidden_states(context: dg.AssetExecutionContext, config: HiddenStatesConfig, storage: StorageRoot,
-                      verifier: Verifier) -> dg.MaterializeResult:
+    def hidden_states(
+        context: dg.AssetExecutionContext, config: HiddenStatesConfig, storage: StorageRoot, verifier: Verifier
+    ) -> dg.MaterializeResult:
         """The verifier's hidden states for every `token_sequences` row, the features the draft trains on.
 
         Per row, the auxiliary layers (backend default `[2, n//2, n-3]`) and the final layer before
@@ -178,13 +180,23 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         engine_facts = None
         if todo:
             request = ExtractionRequest(
-                sequences=[((row, cid), input_ids[row]) for cid, row in todo.items()], layer_ids=layer_ids,
-                device=verifier.device, dtype=verifier.dtype, batch_tokens=verifier.batch_tokens,
+                sequences=[((row, cid), input_ids[row]) for cid, row in todo.items()],
+                layer_ids=layer_ids,
+                device=verifier.device,
+                dtype=verifier.dtype,
+                batch_tokens=verifier.batch_tokens,
                 scratch_dir=str(folder / SCRATCH_DIR),
             )
             # What a backend reports about its run (the vllm backend: its engine's start-up time).
-            engine_facts = extract_on_devices(backend, model_path, request, devices, writer,
-                               _Progress(context.log, len(todo), todo_tokens), log=context.log)
+            engine_facts = extract_on_devices(
+                backend,
+                model_path,
+                request,
+                devices,
+                writer,
+                _Progress(context.log, len(todo), todo_tokens),
+                log=context.log,
+            )
         elapsed = time.monotonic() - started
 
         hashes = _previous_hashes(folder)
@@ -192,22 +204,39 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         for cid in set(cids) - hashes.keys():  # finished by a killed run that never wrote its index
             hashes[cid] = file_sha256(folder / relative_path(cid))
         index = pa.table(
-            {"prompt_id": rows["prompt_id"], "turn": rows["turn"], "content_id": cids,
-             "file": [relative_path(c) for c in cids], "seq_len": rows["seq_len"],
-             "sha256": [hashes[c] for c in cids]},
+            {
+                "prompt_id": rows["prompt_id"],
+                "turn": rows["turn"],
+                "content_id": cids,
+                "file": [relative_path(c) for c in cids],
+                "seq_len": rows["seq_len"],
+                "sha256": [hashes[c] for c in cids],
+            },
             schema=INDEX_SCHEMA,
         )
         write_parquet(index, folder / INDEX_FILE)
         description = backend.describe(model_path)
-        write_json({"verifier": description, "layer_ids": layer_ids, "aux_layer_ids": layer_ids[:-1],
-                    "final_layer_id": layer_ids[-1], "hidden_size": hidden_size, "dtype": feature_dtype,
-                    "format": FORMATS[feature_dtype],
-                    "files": len(set(cids)), "tokens": sum(rows["seq_len"].to_pylist())}, folder / MANIFEST_FILE)
+        write_json(
+            {
+                "verifier": description,
+                "layer_ids": layer_ids,
+                "aux_layer_ids": layer_ids[:-1],
+                "final_layer_id": layer_ids[-1],
+                "hidden_size": hidden_size,
+                "dtype": feature_dtype,
+                "format": FORMATS[feature_dtype],
+                "files": len(set(cids)),
+                "tokens": sum(rows["seq_len"].to_pylist()),
+            },
+            folder / MANIFEST_FILE,
+        )
 
         new_tokens = sum(len(input_ids[row]) for row, _ in writer.written)
         all_tokens = sum(rows["seq_len"].to_pylist())
-        context.log.info(f"{partition}: wrote {len(writer.written)} files ({new_tokens} tokens) in {elapsed:.1f}s; "
-                         f"reused {len(set(cids)) - len(writer.written)}")
+        context.log.info(
+            f"{partition}: wrote {len(writer.written)} files ({new_tokens} tokens) in {elapsed:.1f}s; "
+            f"reused {len(set(cids)) - len(writer.written)}"
+        )
         return dg.MaterializeResult(
             metadata={
                 "dagster/row_count": index.num_rows,
@@ -227,8 +256,13 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 "extraction_workers": len(devices),
                 "verifier_identity": identity,
                 "path": dg.MetadataValue.path(str(folder)),
-                **asset_plan_metadata(storage.root, [partition], "hidden_states", feature_dtype=feature_dtype,
-                                      shape=shape_of(str(model_path), backend.text_config(model_path), layer_ids)),
+                **asset_plan_metadata(
+                    storage.root,
+                    [partition],
+                    "hidden_states",
+                    feature_dtype=feature_dtype,
+                    shape=shape_of(str(model_path), backend.text_config(model_path), layer_ids),
+                ),
             },
             data_version=dg.DataVersion(combined_hash(f"{c}:{hashes[c]}" for c in sorted(set(cids)))[:16]),
         )
@@ -246,8 +280,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         folder = storage.path("hidden_states", partition)
         index = read_rows(folder / INDEX_FILE, INDEX_SCHEMA.names).to_pylist()
         dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
-        rows = read_rows(storage.path("token_sequences", partition) / SEQUENCES_FILE,
-                         ["prompt_id", "turn", "input_ids"])
+        rows = read_rows(
+            storage.path("token_sequences", partition) / SEQUENCES_FILE, ["prompt_id", "turn", "input_ids"]
+        )
         tokens = dict(zip(zip(rows["prompt_id"].to_pylist(), rows["turn"].to_pylist()), list_rows(rows["input_ids"])))
         problems, checked = [], min(CHECK_SAMPLE, len(index))
         for entry in random.Random(0).sample(index, checked):
@@ -256,18 +291,23 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) is missing")
             elif file_sha256(path) != entry["sha256"]:
                 problems.append(f"{entry['file']} ({entry['prompt_id']}) changed since it was indexed")
-            elif (sample := load_sample(path))["token_ids"].tolist() != tokens.get((entry["prompt_id"], entry["turn"]), np.zeros(0)).tolist():
+            elif (sample := load_sample(path))["token_ids"].tolist() != tokens.get(
+                (entry["prompt_id"], entry["turn"]), np.zeros(0)
+            ).tolist():
                 problems.append(f"{entry['file']} holds other tokens than row {entry['prompt_id']} of token_sequences")
             elif (SCALES_KEY in sample) != (dtype == FP8):
                 problems.append(f"{entry['file']} is not stored as {dtype}, the dtype manifest.json records")
         return check_result(
             not problems,
-            {"checked": checked, "problems": len(problems),
-             "examples": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:10]) or "none")},
+            {
+                "checked": checked,
+                "problems": len(problems),
+                "examples": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:10]) or "none"),
+            },
             failed=f"{len(problems)} of {checked} sampled files do not match their index row, e.g. "
-                   f"{problems[0] if problems else ''}",
+            f"{problems[0] if problems else ''}",
             fix="delete the files `examples` names (a missing one needs nothing), then re-materialize "
-                "hidden_states for this partition: it re-extracts every missing file",
+            "hidden_states for this partition: it re-extracts every missing file",
         )
 
     return {"assets": [hidden_states], "checks": [files_match_rows]}

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from eagle_assets.core.files import atomic_path, combined_hash
+from eagle_assets.core.layout import TENSORS_DIR
 
-TENSORS_DIR = "tensors"
 BF16, FP8 = "bfloat16", "fp8"
 FEATURE_DTYPES = (BF16, FP8)
 # speculators' training config ``data.hidden_states_backend`` (hs-connectors' backend registry)
@@ -34,7 +34,6 @@ FEATURE_DTYPES = (BF16, FP8)
 TRAINER_BACKENDS = {BF16: "file", FP8: "fp8"}
 SCALES_KEY = "hidden_states_scales"  # hs_connectors.fp8_utils.SCALES_KEY (imported lazily: torch)
 # The hidden_states asset's index: one row per training row, naming the tensor file it reads.
-INDEX_FILE = "index.parquet"
 INDEX_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
@@ -53,8 +52,9 @@ def check_feature_dtype(feature_dtype: str, field: str = "feature_dtype") -> str
     return feature_dtype
 
 
-def content_id(input_ids: Sequence[int], verifier_identity: str, layer_ids: Sequence[int],
-               feature_dtype: str = BF16) -> str:
+def content_id(
+    input_ids: Sequence[int], verifier_identity: str, layer_ids: Sequence[int], feature_dtype: str = BF16
+) -> str:
     """Same tokens, same verifier, same layers, same storage dtype => same file; anything else =>
     another file. bf16 ids are those from before the fp8 option (existing files stay valid)."""
     ids = np.asarray(input_ids, dtype=np.int64).tobytes()
@@ -77,30 +77,40 @@ def check_sample(hidden_states, token_ids, num_layers: int, hidden_size: int, ro
     seq = int(token_ids.shape[0])
     expected = (seq, num_layers, hidden_size)
     if tuple(hidden_states.shape) != expected:
-        raise ValueError(f"{row}: hidden_states shape {tuple(hidden_states.shape)} != expected {expected} "
-                         "(seq_len, captured layers, hidden size); the backend or layer ids are inconsistent")
+        raise ValueError(
+            f"{row}: hidden_states shape {tuple(hidden_states.shape)} != expected {expected} "
+            "(seq_len, captured layers, hidden size); the backend or layer ids are inconsistent"
+        )
     want = torch.bfloat16 if scales is None else torch.float8_e4m3fn
     if hidden_states.dtype != want:
         raise ValueError(f"{row}: hidden_states dtype {hidden_states.dtype}, expected {want}")
     if scales is None:
         # aminmax propagates NaN and is ~10x faster than isfinite().all() on CPU (speculators' own check).
-        bad_tokens = None if bool(torch.isfinite(torch.stack(torch.aminmax(hidden_states))).all()) else (
-            ~torch.isfinite(hidden_states)).any(dim=(1, 2))
+        bad_tokens = (
+            None
+            if bool(torch.isfinite(torch.stack(torch.aminmax(hidden_states))).all())
+            else (~torch.isfinite(hidden_states)).any(dim=(1, 2))
+        )
     else:
         if tuple(scales.shape) != (seq, 1, 1) or scales.dtype != torch.float32:
-            raise ValueError(f"{row}: {SCALES_KEY} {tuple(scales.shape)} {scales.dtype}, expected ({seq}, 1, 1) "
-                             "torch.float32 (one scale per token, hs-connectors' FP8 format)")
+            raise ValueError(
+                f"{row}: {SCALES_KEY} {tuple(scales.shape)} {scales.dtype}, expected ({seq}, 1, 1) "
+                "torch.float32 (one scale per token, hs-connectors' FP8 format)"
+            )
         # A NaN/Inf input makes its token's scale non-finite; e4m3fn has no Inf and NaN is S.1111.111.
         bad_tokens = ~torch.isfinite(scales.view(seq))
         bad_tokens |= ((hidden_states.view(torch.uint8) & 0x7F) == 0x7F).any(dim=(1, 2))
         bad_tokens = bad_tokens if bool(bad_tokens.any()) else None
     if bad_tokens is not None:
-        raise ValueError(f"{row}: hidden_states contain NaN/Inf (first at token {int(bad_tokens.nonzero()[0])}); "
-                         "check the verifier weights and dtype (fp16 overflows on some models: use bf16)")
+        raise ValueError(
+            f"{row}: hidden_states contain NaN/Inf (first at token {int(bad_tokens.nonzero()[0])}); "
+            "check the verifier weights and dtype (fp16 overflows on some models: use bf16)"
+        )
 
 
-def encode_sample(hidden_states, token_ids, num_layers: int, hidden_size: int, row: str,
-                  feature_dtype: str = BF16, scales=None) -> dict:
+def encode_sample(
+    hidden_states, token_ids, num_layers: int, hidden_size: int, row: str, feature_dtype: str = BF16, scales=None
+) -> dict:
     """The checked tensors of one file in ``feature_dtype``. bf16 states are quantized here, with
     hs-connectors' ``quantize_tensor_to_fp8``, when fp8 is wanted; a backend that already quantized
     (on the GPU, with the same function) passes its e4m3 states and ``scales``."""
@@ -153,8 +163,15 @@ class SampleWriter:
 
     def __call__(self, sample) -> None:
         row, cid = sample.key
-        tensors = encode_sample(sample.hidden_states, sample.token_ids, self.num_layers, self.hidden_size,
-                                f"row {row}", self.feature_dtype, sample.scales)
+        tensors = encode_sample(
+            sample.hidden_states,
+            sample.token_ids,
+            self.num_layers,
+            self.hidden_size,
+            f"row {row}",
+            self.feature_dtype,
+            sample.scales,
+        )
         result = WrittenSample(*write_sample(self.folder, cid, tensors))
         with self._lock:
             self.written[sample.key] = result

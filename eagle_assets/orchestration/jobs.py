@@ -26,8 +26,11 @@ def plan(defs: dg.Definitions) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
     dataset source, then the rest (per training run, or unpartitioned)."""
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.toposorted_asset_keys if graph.get(k).is_materializable]
-    per_dataset = [k for k in keys if graph.get(k).partitions_def is not None
-                   and not is_per_training_run(graph.get(k).partitions_def)]
+    per_dataset = [
+        k
+        for k in keys
+        if graph.get(k).partitions_def is not None and not is_per_training_run(graph.get(k).partitions_def)
+    ]
     return per_dataset, [k for k in keys if k not in per_dataset]
 
 
@@ -35,9 +38,14 @@ def with_pipeline_jobs(defs: dg.Definitions, loggers: dict[str, dg.LoggerDefinit
     """``defs`` with the named jobs of its graph (its own other jobs kept) and, if given, these ``loggers``."""
     named = pipeline_jobs(*plan(defs))
     names = {job.name for job in named}
-    return dg.Definitions(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources,
-                          executor=defs.executor, loggers=loggers or defs.loggers,
-                          jobs=[*(job for job in defs.jobs or [] if job.name not in names), *named])
+    return dg.Definitions(
+        assets=defs.assets,
+        asset_checks=defs.asset_checks,
+        resources=defs.resources,
+        executor=defs.executor,
+        loggers=loggers or defs.loggers,
+        jobs=[*(job for job in defs.jobs or [] if job.name not in names), *named],
+    )
 
 
 def stage_job_name(key: dg.AssetKey) -> str:
@@ -48,12 +56,22 @@ def pipeline_jobs(per_dataset: list[dg.AssetKey], draft: list[dg.AssetKey]) -> l
     """The named jobs over the ``per_dataset`` and ``draft`` asset keys (each in dependency order)."""
     jobs = []
     if per_dataset:
-        jobs.append(dg.define_asset_job(DATASET, selection=per_dataset,
-                                        description="One dataset partition from prompts to hidden states."))
+        jobs.append(
+            dg.define_asset_job(
+                DATASET, selection=per_dataset, description="One dataset partition from prompts to hidden states."
+            )
+        )
     if draft:
-        jobs.append(dg.define_asset_job(DRAFT, selection=draft,
-                                        description="One named training run: the draft trained on every dataset "
-                                                    "partition's hidden states, then evaluated."))
-    jobs += [dg.define_asset_job(stage_job_name(key), selection=[key], description=f"Only {key.to_user_string()}.")
-             for key in [*per_dataset, *draft]]
+        jobs.append(
+            dg.define_asset_job(
+                DRAFT,
+                selection=draft,
+                description="One named training run: the draft trained on every dataset "
+                "partition's hidden states, then evaluated.",
+            )
+        )
+    jobs += [
+        dg.define_asset_job(stage_job_name(key), selection=[key], description=f"Only {key.to_user_string()}.")
+        for key in [*per_dataset, *draft]
+    ]
     return jobs

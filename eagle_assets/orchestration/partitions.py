@@ -28,8 +28,10 @@ def training_runs() -> dg.DynamicPartitionsDefinition:
 def add_training_run(instance: dg.DagsterInstance, name: str) -> bool:
     """Register the training run ``name`` in ``instance``; False when it existed already."""
     if not _RUN_NAME.fullmatch(name):
-        raise ValueError(f"training run name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
-                         "letter or digit (e.g. demo, kimi-k25-v1)")
+        raise ValueError(
+            f"training run name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit (e.g. demo, kimi-k25-v1)"
+        )
     if instance.has_dynamic_partition(TRAINING_RUNS, name):
         return False
     instance.add_dynamic_partitions(TRAINING_RUNS, [name])

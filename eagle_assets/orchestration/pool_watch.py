@@ -37,8 +37,9 @@ def short_duration(seconds: float) -> str:
 
 
 def _step_started(instance: dg.DagsterInstance, run_id: str, step_key: str) -> float | None:
-    starts = [r.timestamp for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
-              if r.step_key == step_key]
+    starts = [
+        r.timestamp for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START) if r.step_key == step_key
+    ]
     return max(starts) if starts else None
 
 
@@ -49,24 +50,40 @@ def describe_holder(instance: dg.DagsterInstance, run_id: str, step_key: str) ->
         return f"run {run_id} (deleted) step {step_key}; free it in the UI: Deployment → Concurrency", False
     worker = check_worker(instance, run)
     started = _step_started(instance, run_id, step_key)
-    since = (f" since {datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M:%S} UTC "
-             f"({short_duration(time.time() - started)} ago)") if started else ""
+    since = (
+        (
+            f" since {datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M:%S} UTC "
+            f"({short_duration(time.time() - started)} ago)"
+        )
+        if started
+        else ""
+    )
     text = f"run {run_id} ({run.status.value}) step {step_key}{since}; {worker.describe()}"
     if worker.state == "dead":
         return text + ": freeing it now (marked FAILED)", True
     if worker.state == "alive":
-        return (text + f". It is working: wait for it, or stop it (UI: Runs → {run_id[:8]} → Terminate; "
-                f"or `kill {worker.pid}`, after which the next run frees the slot)"), False
-    return (text + f". If that worker is dead: UI Runs → {run_id[:8]} → Terminate (mark canceled), then "
-            "Deployment → Concurrency → free its slot; a daemon with run monitoring does it for runs of "
-            "eagle-assets"), False
+        return (
+            text + f". It is working: wait for it, or stop it (UI: Runs → {run_id[:8]} → Terminate; "
+            f"or `kill {worker.pid}`, after which the next run frees the slot)"
+        ), False
+    return (
+        text + f". If that worker is dead: UI Runs → {run_id[:8]} → Terminate (mark canceled), then "
+        "Deployment → Concurrency → free its slot; a daemon with run monitoring does it for runs of "
+        "eagle-assets"
+    ), False
 
 
 class PoolWaitWatcher:
     """``with PoolWaitWatcher(instance, log): <execute runs in this process>``."""
 
-    def __init__(self, instance: dg.DagsterInstance, log, after_s: float | None = None, poll_s: float = 2.0,
-                 interrupt_main: bool = False):
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        log,
+        after_s: float | None = None,
+        poll_s: float = 2.0,
+        interrupt_main: bool = False,
+    ):
         if after_s is None:
             after_s = float(os.environ.get(REPORT_AFTER_ENV, DEFAULT_REPORT_AFTER_S))
         self.instance, self.log, self.after_s, self.poll_s = instance, log, after_s, poll_s
@@ -86,7 +103,9 @@ class PoolWaitWatcher:
 
     def _my_runs(self) -> set[str]:
         tags = {HOST_TAG: host_name(), PID_TAG: str(os.getpid())}
-        return {r.dagster_run.run_id for r in self.instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS, tags=tags))}
+        return {
+            r.dagster_run.run_id for r in self.instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS, tags=tags))
+        }
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -112,7 +131,8 @@ class PoolWaitWatcher:
                 self.interrupted = True
                 self.log.warning(f"interrupted while waiting for pool {pool!r}: stopping the run")
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(threading.main_thread().ident), ctypes.py_object(KeyboardInterrupt))
+                    ctypes.c_ulong(threading.main_thread().ident), ctypes.py_object(KeyboardInterrupt)
+                )
                 return
             for pending in waiting:
                 waited = now - pending.enqueued_timestamp.timestamp()

@@ -51,15 +51,19 @@ def reconcile_dead_runs(instance: dg.DagsterInstance, log=None, by: str = "eagle
         worker = check_worker(instance, run)
         if worker.state != "dead":
             continue
-        reason = (f"Run worker pid {worker.pid} on host {host} is gone (killed or crashed) while the run was "
-                  f"{run.status.value}; marked FAILED and its concurrency slots freed by {by}. Materialize "
-                  "again to resume: finished work is kept.")
+        reason = (
+            f"Run worker pid {worker.pid} on host {host} is gone (killed or crashed) while the run was "
+            f"{run.status.value}; marked FAILED and its concurrency slots freed by {by}. Materialize "
+            "again to resume: finished work is kept."
+        )
         fail_dead_run(instance, run, reason)
         failed.append(run.run_id)
         slots = held.pop(run.run_id, [])
         freed += len(slots)
-        notes.append(f"run {run.run_id[:8]} (worker pid {worker.pid}" + (
-            f", held {', '.join(f'{pool}:{step}' for pool, step in slots)})" if slots else ")"))
+        notes.append(
+            f"run {run.run_id[:8]} (worker pid {worker.pid}"
+            + (f", held {', '.join(f'{pool}:{step}' for pool, step in slots)})" if slots else ")")
+        )
     # Slots of finished runs: a run marked failed elsewhere (e.g. by hand in the UI) still holds them.
     for run_id, slots in held.items():
         run = instance.get_run_by_id(run_id)
@@ -68,6 +72,8 @@ def reconcile_dead_runs(instance: dg.DagsterInstance, log=None, by: str = "eagle
             freed += len(slots)
             notes.append(f"finished run {run_id[:8]} still held {', '.join(f'{p}:{s}' for p, s in slots)}")
     if notes:
-        log.warning(f"reconciled the Dagster instance on {host}: {len(failed)} dead run(s) marked FAILED, "
-                    f"{freed} concurrency slot(s) freed — {'; '.join(notes)}")
+        log.warning(
+            f"reconciled the Dagster instance on {host}: {len(failed)} dead run(s) marked FAILED, "
+            f"{freed} concurrency slot(s) freed — {'; '.join(notes)}"
+        )
     return failed

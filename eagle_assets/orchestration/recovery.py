@@ -10,11 +10,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from eagle_assets.resources.server_registry import stop_idle_servers
-from eagle_assets.resources.vllm_server import server_state_dir
 from eagle_assets.orchestration.pool_watch import PoolWaitWatcher
 from eagle_assets.orchestration.reconcile import reconcile_dead_runs
 from eagle_assets.orchestration.worker import worker_tags
+from eagle_assets.resources.server_registry import stop_idle_servers
+from eagle_assets.resources.vllm_server import server_state_dir
 
 log = logging.getLogger("eagle_assets.orchestration.recovery")
 
@@ -28,8 +28,9 @@ def configured_state_dir(job: dg.JobDefinition, run_config: Mapping | None = Non
     return server_state_dir(config.get("state_dir") if isinstance(config, Mapping) else None)
 
 
-def reconcile(instance: dg.DagsterInstance, logger=None, by: str = "eagle-assets",
-              state_dir: Path | None = None) -> list[str]:
+def reconcile(
+    instance: dg.DagsterInstance, logger=None, by: str = "eagle-assets", state_dir: Path | None = None
+) -> list[str]:
     """What every command and run does first: fail dead runs of this host, free their slots, and stop
     managed vLLM servers idle past their grace (those of ``state_dir``, the default folder if None)."""
     logger = logger or log
@@ -38,8 +39,9 @@ def reconcile(instance: dg.DagsterInstance, logger=None, by: str = "eagle-assets
 
 
 @contextmanager
-def in_process_runs(instance: dg.DagsterInstance, by: str, logger=None,
-                    state_dir: Path | None = None) -> Iterator[dict[str, str]]:
+def in_process_runs(
+    instance: dg.DagsterInstance, by: str, logger=None, state_dir: Path | None = None
+) -> Iterator[dict[str, str]]:
     """Around a command's in-process ``dg.materialize`` calls: reconcile first (managed servers of
     ``state_dir``), watch pool waits (SIGTERM/Ctrl-C end a blocked wait), and yield the tags each run
     must carry (its worker)."""

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eagle_assets.orchestration.pool_watch import short_duration
 from eagle_assets.resources.server_registry import ManagedServer, list_servers, stop_idle_servers, stop_server
 from eagle_assets.resources.vllm_server import server_state_dir
-from eagle_assets.orchestration.pool_watch import short_duration
+
 
 def header(width: int) -> str:
     return f"{'SERVER':<{width}} {'PID':>8} {'FINGERPRINT':<16} {'USERS':>5} {'AGE':>7} {'IDLE':>7}  MODEL"
@@ -30,8 +31,10 @@ def server_line(server: ManagedServer, width: int) -> str:
         note = f" (stops when idle {short_duration(server.idle_stop_after_s)})"
     else:
         note = " (never idle-stopped)"
-    return (f"{server.name:<{width}} {server.pid:>8} {server.fingerprint:<16} {users:>5} "
-            f"{short_duration(server.age_s):>7} {idle:>7}  {server.model}{note}")
+    return (
+        f"{server.name:<{width}} {server.pid:>8} {server.fingerprint:<16} {users:>5} "
+        f"{short_duration(server.age_s):>7} {idle:>7}  {server.model}{note}"
+    )
 
 
 def _look(state_dir: Path | None, stop: str | None, log) -> tuple[Path, list[str]]:
@@ -41,8 +44,9 @@ def _look(state_dir: Path | None, stop: str | None, log) -> tuple[Path, list[str
     if stop is not None and stop_server(folder, stop, log):
         lines.append(f"stopped {stop}")
     for server in stop_idle_servers(folder, log):
-        lines.append(f"stopped {server.name}: idle {short_duration(server.idle_s)} > "
-                     f"{short_duration(server.idle_stop_after_s)}")
+        lines.append(
+            f"stopped {server.name}: idle {short_duration(server.idle_s)} > {short_duration(server.idle_stop_after_s)}"
+        )
     return folder, lines
 
 

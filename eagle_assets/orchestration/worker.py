@@ -82,7 +82,7 @@ def _launched_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
         message = record.message or ""
         if message.startswith(STARTED_PROCESS):
-            return int(message[len(STARTED_PROCESS):].split(")")[0])
+            return int(message[len(STARTED_PROCESS) :].split(")")[0])
     return None
 
 

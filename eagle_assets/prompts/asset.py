@@ -7,27 +7,24 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
-from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import PIPELINE
 from eagle_assets.capacity import asset_plan_metadata
+from eagle_assets.core.checks import check_result
+from eagle_assets.core.files import combined_hash, write_json, write_parquet
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SKIPPED_FILE
 from eagle_assets.plugin_manager import dataset_source, load_errors
 from eagle_assets.prompts.collection import Collection, collect
 from eagle_assets.prompts.records import PROMPTS_SCHEMA, SKIP_REASONS
-from eagle_assets.resources import StorageRoot
-from eagle_assets.sources import SourceUnavailable
 from eagle_assets.prompts.splits import (
     DEFAULT_HELDOUT_FRACTION,
     DEFAULT_VALIDATION_FRACTION,
-    PROMPTS_FILE,
     SPLITS,
     SplitRule,
 )
-from eagle_assets.core.files import combined_hash, write_json, write_parquet
+from eagle_assets.resources import StorageRoot
+from eagle_assets.sources import SourceUnavailable
 
 # Bump when the rows this asset writes for the same input would change.
-CODE_VERSION = "prompts-2"  # 2: group_id column; train / validation / heldout split by problem group
-FILE_NAME = PROMPTS_FILE
-SKIPPED_FILE = "skipped.json"
+CODE_VERSION = "prompts-2"
 EXAMPLES_SHOWN = 20
 
 
@@ -106,20 +103,26 @@ def check_results(found: Collection, kept: int) -> list[dg.AssetCheckResult]:
     reasons = ", ".join(f"{n} {reason}" for reason, n in found.skipped_by_reason.most_common()) or "none"
     return [
         check_result(
-            found.error is None, {"error": found.error or "", "rows_read": found.rows_read},
+            found.error is None,
+            {"error": found.error or "", "rows_read": found.rows_read},
             check_name="source_read_completely",
             failed=found.error or "",
             fix="repair the row the error names, set `location` to a readable copy of the dataset, or fix the "
-                "plugin; then re-materialize this partition (the rows read before the error are kept meanwhile)",
+            "plugin; then re-materialize this partition (the rows read before the error are kept meanwhile)",
         ),
         check_result(
-            kept > 0, {"rows_kept": kept, "rows_read": found.rows_read, "skipped": len(found.skips),
-                       "duplicates": found.duplicates},
+            kept > 0,
+            {
+                "rows_kept": kept,
+                "rows_read": found.rows_read,
+                "skipped": len(found.skips),
+                "duplicates": found.duplicates,
+            },
             check_name="has_prompts",
             failed=f"no usable prompt: {found.rows_read} rows read, {len(found.skips)} skipped ({reasons}), "
-                   f"{found.duplicates} duplicates",
+            f"{found.duplicates} duplicates",
             fix="point `location` at chat prompts (rows with OpenAI `messages` or ShareGPT `conversations`); "
-                "`skipped_examples` and skipped.json say why each row was skipped",
+            "`skipped_examples` and skipped.json say why each row was skipped",
         ),
     ]
 
@@ -179,13 +182,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
 
         folder = storage.path("prompts", name)
         table = pa.Table.from_pylist([p.as_row() for p in found.prompts], schema=PROMPTS_SCHEMA)
-        path = write_parquet(table, folder / FILE_NAME)
+        path = write_parquet(table, folder / PROMPTS_FILE)
         write_json([{"row": s.row, "reason": s.reason, "detail": s.detail} for s in found.skips], folder / SKIPPED_FILE)
 
         for skip in found.skips[:EXAMPLES_SHOWN]:
             context.log.warning(skip.message)
         if len(found.skips) > EXAMPLES_SHOWN:
-            context.log.warning(f"{len(found.skips) - EXAMPLES_SHOWN} more skipped rows listed in {folder / SKIPPED_FILE}")
+            context.log.warning(
+                f"{len(found.skips) - EXAMPLES_SHOWN} more skipped rows listed in {folder / SKIPPED_FILE}"
+            )
         if found.error:
             context.log.error(found.error)
         elapsed = time.monotonic() - started
@@ -194,8 +199,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             f"({found.duplicates} duplicates, {len(found.skips)} skipped) -> {path}"
         )
         return dg.MaterializeResult(
-            metadata={**_metadata(found, table, path, version, location, rule),
-                      **asset_plan_metadata(storage.root, [name], "prompts")},
+            metadata={
+                **_metadata(found, table, path, version, location, rule),
+                **asset_plan_metadata(storage.root, [name], "prompts"),
+            },
             data_version=dg.DataVersion(_content_hash(table)),
             check_results=check_results(found, table.num_rows),
         )

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eagle_assets.prompts.records import Prompt, Skip, classify
-from eagle_assets.sources import DatasetSource, SourceUnavailable
 from eagle_assets.prompts.splits import SplitRule
+from eagle_assets.sources import DatasetSource, SourceUnavailable
 
 PROGRESS_EVERY_S = 5.0
 
@@ -90,4 +90,3 @@ def collect(
         )
     out.prompts = [p for _, p in sorted(reservoir, key=lambda pair: pair[0])]
     return out
-

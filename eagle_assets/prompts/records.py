@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from eagle_assets.sources import RawRecord, SkippedRow
-from eagle_assets.prompts.splits import SplitRule, default_group_key, group_id
 from eagle_assets.core.files import combined_hash
+from eagle_assets.prompts.splits import SplitRule, default_group_key, group_id
+from eagle_assets.sources import RawRecord, SkippedRow
 
 # Speaker names seen in the wild, mapped onto the three roles a chat template understands.
 ROLE_ALIASES = {
@@ -109,8 +109,9 @@ def _text(value: Any, where: str) -> str:
             value = value.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RowRejected(
-                "not_utf8", f"{where} has bytes that are not UTF-8 ({exc.reason} at byte {exc.start}); "
-                "re-encode the dataset as UTF-8"
+                "not_utf8",
+                f"{where} has bytes that are not UTF-8 ({exc.reason} at byte {exc.start}); "
+                "re-encode the dataset as UTF-8",
             ) from None
     if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in value):
         # OpenAI content parts: text-only parts are plain text split in pieces.
@@ -174,8 +175,11 @@ def _group_key(data: dict[str, Any], messages: list[dict[str, str]]) -> str:
         return default_group_key(messages)
     group = data["group"]
     if isinstance(group, bool) or not isinstance(group, (str, int)) or not str(group).strip():
-        raise RowRejected("bad_group", f"`group` is {group!r}: give a non-empty string (or integer) naming the "
-                          "problem the row asks, or leave it out to group by the prompt's normalized text")
+        raise RowRejected(
+            "bad_group",
+            f"`group` is {group!r}: give a non-empty string (or integer) naming the "
+            "problem the row asks, or leave it out to group by the prompt's normalized text",
+        )
     return f"given:{str(group).strip()}"
 
 

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from eagle_assets.core.layout import prompts_file
+
 TRAIN, VALIDATION, HELDOUT = "train", "validation", "heldout"
 SPLITS = (TRAIN, VALIDATION, HELDOUT)
 DEFAULT_VALIDATION_FRACTION = 0.1
 DEFAULT_HELDOUT_FRACTION = 0.1
-PROMPTS_FILE = "prompts.parquet"
 
 _NOT_WORD = re.compile(r"[\W_]+")
 
@@ -65,8 +66,11 @@ def check_fractions(validation_fraction: float, heldout_fraction: float) -> None
         )
 
 
-def split_for(group: str, validation_fraction: float = DEFAULT_VALIDATION_FRACTION,
-              heldout_fraction: float = DEFAULT_HELDOUT_FRACTION) -> str:
+def split_for(
+    group: str,
+    validation_fraction: float = DEFAULT_VALIDATION_FRACTION,
+    heldout_fraction: float = DEFAULT_HELDOUT_FRACTION,
+) -> str:
     """The split of a group id: ``heldout`` at the bottom of the hash range, ``validation`` at the top."""
     check_fractions(validation_fraction, heldout_fraction)
     # Hashed again (salted): the split must not depend on bits anything else is keyed on.
@@ -96,10 +100,6 @@ class SplitRule:
         return split_for(group, self.validation_fraction, self.heldout_fraction)
 
 
-def prompts_file(storage_root: Path, partition: str) -> Path:
-    return Path(storage_root) / "prompts" / partition / PROMPTS_FILE
-
-
 def read_current_splits(storage_root: Path, partition: str) -> dict[str, tuple[str, str]]:
     """``prompt_id -> (split, group_id)`` from the partition's current prompts table.
 
@@ -113,5 +113,10 @@ def read_current_splits(storage_root: Path, partition: str) -> dict[str, tuple[s
         raise FileNotFoundError(
             f"{path} predates problem groups (no group_id column): re-materialize prompts for partition '{partition}'"
         )
-    return dict(zip(table["prompt_id"].to_pylist(),
-                    zip(table["split"].to_pylist(), table["group_id"].to_pylist(), strict=True), strict=True))
+    return dict(
+        zip(
+            table["prompt_id"].to_pylist(),
+            zip(table["split"].to_pylist(), table["group_id"].to_pylist(), strict=True),
+            strict=True,
+        )
+    )

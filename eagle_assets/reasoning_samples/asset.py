@@ -13,10 +13,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
-from eagle_assets.prompts import asset as prompts_asset
-from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import PIPELINE
 from eagle_assets.capacity import asset_plan_metadata
+from eagle_assets.core.checks import check_result
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE
+from eagle_assets.prompts.splits import SPLITS
 from eagle_assets.reasoning_samples.capture import capture
 from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
 from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
@@ -33,10 +33,9 @@ from eagle_assets.reasoning_samples.turns import Conversation, pending_conversat
 from eagle_assets.reasoning_samples.variants import SamplingVariant, assign_variant, validate_variants, write_variants
 from eagle_assets.resources import StorageRoot, VLLMServer
 from eagle_assets.resources.vllm_server import VLLMServerError
-from eagle_assets.prompts.splits import SPLITS
 
 # Bump when the rows this asset writes for the same input would change.
-CODE_VERSION = "reasoning_samples-2"  # 2: thinking_tokens per row, unfinished_thinking from token ids, quality
+CODE_VERSION = "reasoning_samples-2"
 PERCENTILES = (50, 90, 99)
 EXAMPLES_PER_CLASS = 3
 
@@ -49,13 +48,13 @@ class SamplingVariantConfig(dg.Config):
     temperature: float | None = Field(default=None, ge=0.0, description="Temperature; empty: the asset's own.")
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="top_p; empty: the asset's own.")
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Chat-template switches merged over the asset's own, e.g. "
+        default_factory=dict,
+        description="Chat-template switches merged over the asset's own, e.g. "
         "{enable_thinking: false} (Qwen3) or {thinking: false} (Kimi-K2.5) for instant mode.",
     )
 
     def variant(self) -> SamplingVariant:
-        return SamplingVariant(self.name, self.share, self.temperature, self.top_p,
-                                                 dict(self.chat_template_kwargs))
+        return SamplingVariant(self.name, self.share, self.temperature, self.top_p, dict(self.chat_template_kwargs))
 
 
 class ReasoningSamplesConfig(dg.Config):
@@ -76,7 +75,9 @@ class ReasoningSamplesConfig(dg.Config):
     )
     request_timeout_s: float = Field(default=1800.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(
-        default=4, ge=0, description="Retries (exponential backoff, jitter) on 408/429/5xx, timeouts, connection errors."
+        default=4,
+        ge=0,
+        description="Retries (exponential backoff, jitter) on 408/429/5xx, timeouts, connection errors.",
     )
     shard_rows: int = Field(default=256, ge=1, description="Rows per Parquet shard (a kill loses at most one shard).")
     flush_interval_s: float = Field(default=30.0, gt=0, description="Write a shard at least this often (seconds).")
@@ -99,20 +100,29 @@ class ReasoningSamplesConfig(dg.Config):
         default=0.25, ge=0, le=1, description="Check: largest tolerated share of samples cut at max_tokens."
     )
     min_thinking_tokens: int = Field(
-        default=16, ge=0, description="Quality: a complete answer after fewer thinking tokens than this is "
+        default=16,
+        ge=0,
+        description="Quality: a complete answer after fewer thinking tokens than this is "
         "trivial_reasoning (samples without a thinking section, e.g. thinking off, are not judged by it).",
     )
     loop_ngram: int = Field(default=16, ge=1, description="Quality: n-gram size, in tokens, of the loop detector.")
     loop_min_repeats: int = Field(
-        default=4, ge=2, description="Quality: an n-gram occurring this often in one completion counts as repeated.",
+        default=4,
+        ge=2,
+        description="Quality: an n-gram occurring this often in one completion counts as repeated.",
     )
     loop_max_share: float = Field(
-        default=0.3, gt=0, le=1, description="Quality: a completion whose repeated n-grams cover more than this "
+        default=0.3,
+        gt=0,
+        le=1,
+        description="Quality: a completion whose repeated n-grams cover more than this "
         "share of its tokens is a repetition_loop.",
     )
     max_non_ok_share: float = Field(
-        default=0.2, ge=0, le=1, description="Check: largest tolerated share of samples in a quality class other "
-        "than ok (errors included).",
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Check: largest tolerated share of samples in a quality class other than ok (errors included).",
     )
 
     sampling_variants: list[SamplingVariantConfig] = Field(
@@ -144,7 +154,7 @@ class ReasoningSamplesConfig(dg.Config):
 
 
 def _read_prompts(storage: StorageRoot, partition: str, splits: list[str]) -> pa.Table:
-    path = storage.path("prompts", partition) / prompts_asset.FILE_NAME
+    path = storage.path("prompts", partition) / PROMPTS_FILE
     if not path.exists():
         raise dg.Failure(
             description=f"no prompts for partition {partition!r} at {path}: materialize the `prompts` asset "
@@ -216,14 +226,19 @@ def error_rate_check_result(meta: dict, limit: float, examples: list[str]) -> dg
     rate = meta["error_rate"]
     return check_result(
         rate <= limit,
-        {"error_rate": rate, "limit": limit, "errors": meta["errors"], "missing": meta["missing"],
-         "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in examples) or "none")},
+        {
+            "error_rate": rate,
+            "limit": limit,
+            "errors": meta["errors"],
+            "missing": meta["missing"],
+            "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in examples) or "none"),
+        },
         check_name="error_rate_below_limit",
         failed=f"{rate:.1%} of {meta['requests_selected']} selected prompts (turns) have no ok sample ({meta['errors']} "
-               f"errors, {meta['missing']} never captured), above max_error_rate {limit:.1%}",
+        f"errors, {meta['missing']} never captured), above max_error_rate {limit:.1%}",
         fix="re-materialize reasoning_samples: it retries only those prompts (the errors are in `examples` and "
-            "the run log); for timeouts raise request_timeout_s or lower concurrency; to train on fewer samples, "
-            "raise max_error_rate",
+        "the run log); for timeouts raise request_timeout_s or lower concurrency; to train on fewer samples, "
+        "raise max_error_rate",
     )
 
 
@@ -236,26 +251,31 @@ def truncation_check_result(meta: dict, limit: float, max_tokens: int) -> dg.Ass
         check_name="truncation_rate_below_limit",
         severity=dg.AssetCheckSeverity.WARN,
         failed=f"{meta['truncated']} of {meta['ok']} ok samples ({rate:.1%}) stopped at max_tokens={max_tokens}, "
-               f"above max_truncation_rate {limit:.1%}",
+        f"above max_truncation_rate {limit:.1%}",
         fix="raise max_tokens (and vllm_server.max_model_len to fit prompt + max_tokens) and re-materialize, or "
-            "raise max_truncation_rate; token_sequences' quality_policy.truncated decides whether cut samples train",
+        "raise max_truncation_rate; token_sequences' quality_policy.truncated decides whether cut samples train",
     )
 
 
 def quality_check_result(meta: dict, limit: float) -> dg.AssetCheckResult:
     """The non-ok share against `limit`; a failure names the classes, their shares and what to change."""
     share = meta["quality/non_ok_share"]
-    found = sorted(((meta[f"quality/{name}_share"], name) for name in QUALITY_CLASSES if name != "ok"
-                    and meta[f"quality/{name}"]), reverse=True)
+    found = sorted(
+        ((meta[f"quality/{name}_share"], name) for name in QUALITY_CLASSES if name != "ok" and meta[f"quality/{name}"]),
+        reverse=True,
+    )
     return check_result(
         share <= limit,
-        {"non_ok_share": share, "limit": limit,
-         **{f"{name}_share": value for value, name in found},
-         **{name: meta[f"quality/{name}"] for _, name in found}},
+        {
+            "non_ok_share": share,
+            "limit": limit,
+            **{f"{name}_share": value for value, name in found},
+            **{name: meta[f"quality/{name}"] for _, name in found},
+        },
         check_name="quality_non_ok_share_below_limit",
         severity=dg.AssetCheckSeverity.WARN,
         failed=f"{share:.1%} of the samples are not ok, above max_non_ok_share {limit:.1%}: "
-               + ", ".join(f"{name} {value:.1%}" for value, name in found),
+        + ", ".join(f"{name} {value:.1%}" for value, name in found),
         fix="\n".join(f"- {name}: {REMEDIES[name]}" for _, name in found),
     )
 
@@ -308,26 +328,35 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         name = context.partition_key
         prompts = _read_prompts(storage, name, config.splits)
         folder = storage.path("reasoning_samples", name)
-        sampling = Sampling(config.temperature, config.top_p, config.max_tokens, config.seed,
-                            dict(config.chat_template_kwargs))
+        sampling = Sampling(
+            config.temperature, config.top_p, config.max_tokens, config.seed, dict(config.chat_template_kwargs)
+        )
         variants = config.variants()
         write_variants(folder, variants)
         write_turn_mode(folder, config.turns)  # from now on readers see this mode's rows only
-        rows = list(zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(),
-                        prompts["split"].to_pylist()))
+        rows = list(
+            zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist())
+        )
         todo: list[PromptRequest] | list[Conversation]
         if config.turns == "all":
-            todo = [replace(c, sampling=_variant_sampling(c.prompt_id, variants, sampling))
-                    for c in pending_conversations(rows, done_turns(folder))]
+            todo = [
+                replace(c, sampling=_variant_sampling(c.prompt_id, variants, sampling))
+                for c in pending_conversations(rows, done_turns(folder))
+            ]
             selected = sum(turn_count(messages) for _, messages, _ in rows)
             to_ask = sum(c.turns_left for c in todo)
-            context.log.info(f"{name}: {len(rows)} conversations ({selected} turns) in splits {config.splits}, "
-                             f"{selected - to_ask} turns already captured, {to_ask} to capture in "
-                             f"{len(todo)} conversations")
+            context.log.info(
+                f"{name}: {len(rows)} conversations ({selected} turns) in splits {config.splits}, "
+                f"{selected - to_ask} turns already captured, {to_ask} to capture in "
+                f"{len(todo)} conversations"
+            )
         else:
             done = done_prompt_ids(folder)
-            todo = [PromptRequest(pid, messages, split, _variant_sampling(pid, variants, sampling))
-                    for pid, messages, split in rows if pid not in done]
+            todo = [
+                PromptRequest(pid, messages, split, _variant_sampling(pid, variants, sampling))
+                for pid, messages, split in rows
+                if pid not in done
+            ]
             selected = len(rows)
             context.log.info(
                 f"{name}: {len(rows)} prompts in splits {config.splits}, "
@@ -345,9 +374,16 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             try:
                 with vllm_server.serve(log=context.log) as base_urls:
                     report = capture(
-                        base_urls, todo, folder, sampling, settings, context.log.info,
-                        rows_per_shard=config.shard_rows, flush_interval_s=config.flush_interval_s,
-                        progress_interval_s=config.progress_interval_s, label=f"reasoning_samples[{name}]",
+                        base_urls,
+                        todo,
+                        folder,
+                        sampling,
+                        settings,
+                        context.log.info,
+                        rows_per_shard=config.shard_rows,
+                        flush_interval_s=config.flush_interval_s,
+                        progress_interval_s=config.progress_interval_s,
+                        label=f"reasoning_samples[{name}]",
                     )
             except (ServerUnavailable, VLLMServerError) as exc:
                 raise dg.Failure(
@@ -373,12 +409,20 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         rules = config.quality_rules()
         samples = with_classes(samples, write_quality(folder, samples, rules))
         samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
-        meta = {**_metadata(samples, len(rows), selected, folder, run), "turns": config.turns, **_quality_metadata(samples),
-                "quality_rules": dg.MetadataValue.json(rules.as_dict()),
-                **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
-                **_variant_metadata(samples, variants)}
-        context.log.info(f"{name}: quality " + ", ".join(
-            f"{cls} {meta[f'quality/{cls}_share']:.1%}" for cls in QUALITY_CLASSES if meta[f"quality/{cls}"]))
+        meta = {
+            **_metadata(samples, len(rows), selected, folder, run),
+            "turns": config.turns,
+            **_quality_metadata(samples),
+            "quality_rules": dg.MetadataValue.json(rules.as_dict()),
+            **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
+            **_variant_metadata(samples, variants),
+        }
+        context.log.info(
+            f"{name}: quality "
+            + ", ".join(
+                f"{cls} {meta[f'quality/{cls}_share']:.1%}" for cls in QUALITY_CLASSES if meta[f"quality/{cls}"]
+            )
+        )
         for message in _error_examples(samples):
             context.log.warning(message)
         return dg.MaterializeResult(
@@ -409,8 +453,10 @@ def _variant_metadata(samples: pa.Table, variants: list) -> dict:
         name = json.loads(sampling).get("variant") if sampling else None
         if name in counts:
             counts[name] += 1
-    return {"sampling_variants": dg.MetadataValue.json([asdict(v) for v in variants]),
-            **{f"variant/{name}/ok_samples": count for name, count in counts.items()}}
+    return {
+        "sampling_variants": dg.MetadataValue.json([asdict(v) for v in variants]),
+        **{f"variant/{name}/ok_samples": count for name, count in counts.items()},
+    }
 
 
 def _error_examples(samples: pa.Table, shown: int = 10) -> list[str]:

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_assets.reasoning_samples.sdk_http import httpx
 from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings, PromptRequest, Sampling
 from eagle_assets.reasoning_samples.progress import Progress, report_every
+from eagle_assets.reasoning_samples.sdk_http import httpx
 from eagle_assets.reasoning_samples.store import ShardWriter
 from eagle_assets.reasoning_samples.turns import Conversation
 
@@ -50,11 +50,16 @@ def capture(
         async def main() -> None:
             model, version = await engine.identify()
             markers = await engine.resolve_think_markers()
-            thinking = (f"thinking markers {markers.start}/{markers.end}" if markers else
-                        "thinking markers unknown (the reasoning parser's split is used)")
+            thinking = (
+                f"thinking markers {markers.start}/{markers.end}"
+                if markers
+                else "thinking markers unknown (the reasoning parser's split is used)"
+            )
             turns = f" ({asks} turns)" if asks != len(requests) else ""
-            log(f"{label}: {len(requests)} prompts{turns} to capture from {model} (vLLM {version}) at "
-                f"{list(engine.base_urls)}, {settings.concurrency} in flight; {thinking}")
+            log(
+                f"{label}: {len(requests)} prompts{turns} to capture from {model} (vLLM {version}) at "
+                f"{list(engine.base_urls)}, {settings.concurrency} in flight; {thinking}"
+            )
             progress.started = time.monotonic()
             ticker = asyncio.create_task(report_every(progress_interval_s, progress, log, writer.flush_if_stale))
             try:
@@ -66,5 +71,4 @@ def capture(
             asyncio.run(main())
         finally:
             log(progress.line())
-    return CaptureReport(progress, engine.http_attempts, engine.model or "", engine.vllm_version,
-                         writer.shards_written)
+    return CaptureReport(progress, engine.http_attempts, engine.model or "", engine.vllm_version, writer.shards_written)

@@ -70,14 +70,22 @@ def _backoff_s(retry: int, retry_after: str | None) -> float:
             return min(max(float(retry_after), 0.0), 60.0)
         except ValueError:
             pass
-    return min(INITIAL_BACKOFF_S * 2 ** retry, MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+    return min(INITIAL_BACKOFF_S * 2**retry, MAX_BACKOFF_S) * (1 - 0.25 * random.random())
 
 
 class ChatPoster:
     """POSTs JSON bodies to one base URL's ``/chat/completions``; ``attempts`` counts HTTP attempts."""
 
-    def __init__(self, base_url: str, connections: int, timeout_s: float, max_retries: int,
-                 headers: dict[str, str], tls: ssl.SSLContext, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        connections: int,
+        timeout_s: float,
+        max_retries: int,
+        headers: dict[str, str],
+        tls: ssl.SSLContext,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
         self.url = f"{base_url}/chat/completions"
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
@@ -116,8 +124,9 @@ class ChatPoster:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._connections + 8, ssl=self._tls),
                 # Per read, like the SDK's httpx timeout: a long generation is fine while the server answers.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(self.timeout_s, 60.0),
-                                              sock_read=self.timeout_s),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=min(self.timeout_s, 60.0), sock_read=self.timeout_s
+                ),
             )
         async with self._session.post(self.url, data=data, headers=self.headers) as response:
             return _Reply(response.status, response.headers.get("Retry-After"), await response.read())

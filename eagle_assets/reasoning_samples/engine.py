@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from eagle_assets.reasoning_samples.chat_http import ChatPoster, HTTPStatusError, NoAnswer
-from eagle_assets.reasoning_samples.sdk_http import httpx
 from eagle_assets.reasoning_samples.parsing import THINK_CLOSE, THINK_OPEN, MalformedResponse, parse_completion
-from eagle_assets.reasoning_samples.quality import ThinkMarkers
 from eagle_assets.reasoning_samples.progress import Progress
+from eagle_assets.reasoning_samples.quality import ThinkMarkers
+from eagle_assets.reasoning_samples.sdk_http import httpx
 from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, Answer, Conversation, turn_context
 
 ERROR_TEXT_LIMIT = 2000
@@ -130,8 +130,9 @@ class CaptureEngine:
     async def identify(self) -> tuple[str, str]:
         """Check every base URL answers ``/v1/models``; return (served model, vLLM version)."""
         models = []
-        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers(),
-                                     verify=self._verify()) as http:
+        async with httpx.AsyncClient(
+            transport=self._transport, timeout=30.0, headers=self._headers(), verify=self._verify()
+        ) as http:
             for url in self.base_urls:
                 try:
                     response = await http.get(f"{url}/models")
@@ -160,13 +161,15 @@ class CaptureEngine:
         kept for every row's thinking span; None when the server cannot tokenize or a marker is not
         one token (rows then take the reasoning parser's split)."""
         ids = []
-        async with httpx.AsyncClient(transport=self._transport, timeout=30.0, headers=self._headers(),
-                                     verify=self._verify()) as http:
+        async with httpx.AsyncClient(
+            transport=self._transport, timeout=30.0, headers=self._headers(), verify=self._verify()
+        ) as http:
             for marker in (THINK_OPEN, THINK_CLOSE):
                 try:
                     response = await http.post(
                         f"{server_root(self.base_urls[0])}/tokenize",
-                        json={"model": self.model, "prompt": marker, "add_special_tokens": False})
+                        json={"model": self.model, "prompt": marker, "add_special_tokens": False},
+                    )
                     response.raise_for_status()
                     tokens = response.json()["tokens"]
                 except (httpx.HTTPError, ValueError, KeyError, TypeError):
@@ -183,13 +186,21 @@ class CaptureEngine:
         return sum(poster.attempts for poster in self._posters)
 
     def _poster(self, base_url: str, connections: int) -> ChatPoster:
-        poster = ChatPoster(base_url, connections, self.settings.request_timeout_s, self.settings.max_retries,
-                            self._headers(), self._verify(), transport=self._transport)
+        poster = ChatPoster(
+            base_url,
+            connections,
+            self.settings.request_timeout_s,
+            self.settings.max_retries,
+            self._headers(),
+            self._verify(),
+            transport=self._transport,
+        )
         self._posters.append(poster)
         return poster
 
-    async def run(self, requests: Iterable[PromptRequest | Conversation], sink: Callable[[dict], None],
-                  progress: Progress) -> None:
+    async def run(
+        self, requests: Iterable[PromptRequest | Conversation], sink: Callable[[dict], None], progress: Progress
+    ) -> None:
         """Capture every request; ``sink`` gets one row per prompt or turn (ok or error) as it finishes.
 
         A :class:`~eagle_assets.reasoning_samples.turns.Conversation` holds one worker for its turns, asked
@@ -233,8 +244,9 @@ class CaptureEngine:
             answers = list(conversation.answers)
             for turn in range(conversation.next_turn, conversation.next_turn + conversation.turns_left):
                 context = turn_context(conversation.messages, turn, answers)
-                row = await ask(PromptRequest(conversation.prompt_id, context, conversation.split,
-                                              conversation.sampling, turn))
+                row = await ask(
+                    PromptRequest(conversation.prompt_id, context, conversation.split, conversation.sampling, turn)
+                )
                 if row["status"] != "ok":
                     return  # the later turns need this answer in their context
                 answers.append(Answer(row["content"], row["reasoning"]))
@@ -276,8 +288,14 @@ class CaptureEngine:
         }
         reached_server = True
         try:
-            body = {"model": self.model, "messages": request.messages, "temperature": sampling.temperature,
-                    "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, **extra_body}
+            body = {
+                "model": self.model,
+                "messages": request.messages,
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "max_tokens": sampling.max_tokens,
+                **extra_body,
+            }
             seed = sampling.request_seed(request.prompt_id, request.turn)
             if seed is not None:
                 body["seed"] = seed
@@ -289,8 +307,11 @@ class CaptureEngine:
         except NoAnswer as exc:
             reached_server = False
             row["status"] = "error"
-            row["error"] = (f"timeout: {exc} (after {self.settings.max_retries} retries)" if exc.kind == "timeout" else
-                            f"connection error to {endpoint.base_url} after {self.settings.max_retries} retries: {exc}")
+            row["error"] = (
+                f"timeout: {exc} (after {self.settings.max_retries} retries)"
+                if exc.kind == "timeout"
+                else f"connection error to {endpoint.base_url} after {self.settings.max_retries} retries: {exc}"
+            )
         except (ValueError, MalformedResponse) as exc:  # json.JSONDecodeError is a ValueError
             row["status"], row["error"] = "error", f"malformed response: {exc}"
         if row["error"]:

@@ -11,7 +11,7 @@ its ``reasoning_tokens`` count and its text split.
 
 from __future__ import annotations
 
-from eagle_assets.reasoning_samples.quality import ThinkMarkers, Thinking, thinking_span
+from eagle_assets.reasoning_samples.quality import Thinking, ThinkMarkers, thinking_span
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

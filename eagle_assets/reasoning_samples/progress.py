@@ -56,8 +56,9 @@ class Progress:
         )
 
 
-async def report_every(interval_s: float, progress: Progress, log: Callable[[str], None],
-                       on_tick: Callable[[], None] | None = None) -> None:
+async def report_every(
+    interval_s: float, progress: Progress, log: Callable[[str], None], on_tick: Callable[[], None] | None = None
+) -> None:
     """Log ``progress`` every ``interval_s`` seconds until cancelled; ``on_tick`` runs each time too."""
     while True:
         await asyncio.sleep(interval_s)

@@ -34,20 +34,26 @@ from numpy.lib.stride_tricks import sliding_window_view
 from eagle_assets.token_sequences.build import list_rows
 
 QUALITY_CLASSES = (
-    "error", "repetition_loop", "unfinished_thinking", "truncated", "empty_answer", "trivial_reasoning", "ok",
+    "error",
+    "repetition_loop",
+    "unfinished_thinking",
+    "truncated",
+    "empty_answer",
+    "trivial_reasoning",
+    "ok",
 )
 
 # What to change when a class is frequent (the quality check's hint).
 REMEDIES = {
     "error": "see the error_rate_below_limit check and the errors logged; errors are retried on the next run",
     "repetition_loop": "raise temperature or top_p; or set token_sequences' quality_policy.repetition_loop to "
-                       "cut/drop; raise loop_max_share if these are not loops",
+    "cut/drop; raise loop_max_share if these are not loops",
     "unfinished_thinking": "raise max_tokens (and the server's max_model_len): the thinking was cut before its end",
     "truncated": "raise max_tokens (and the server's max_model_len): answers are cut",
     "empty_answer": "check chat_template_kwargs and the server's reasoning parser: the model answers nothing "
-                    "after its thinking",
+    "after its thinking",
     "trivial_reasoning": "lower min_thinking_tokens if short thinking is fine for these prompts, or drop them "
-                         "with token_sequences' quality_policy.trivial_reasoning",
+    "with token_sequences' quality_policy.trivial_reasoning",
 }
 
 
@@ -148,9 +154,15 @@ class Verdict:
     loop_start: int | None = None  # set for repetition_loop: where ``cut`` truncates the completion
 
 
-def classify(status: str | None, finish_reason: str | None, token_ids: np.ndarray | Sequence[int] | None,
-             content: str | None, thinking_tokens: int | None, unfinished_thinking: bool | None,
-             rules: QualityRules) -> Verdict:
+def classify(
+    status: str | None,
+    finish_reason: str | None,
+    token_ids: np.ndarray | Sequence[int] | None,
+    content: str | None,
+    thinking_tokens: int | None,
+    unfinished_thinking: bool | None,
+    rules: QualityRules,
+) -> Verdict:
     """The class of one sample (precedence in the module docstring)."""
     if status != "ok":
         return Verdict("error")
@@ -174,12 +186,14 @@ def count_classes(classes: Sequence[str | None]) -> dict[str, int]:
     return {name: sum(1 for c in classes if c == name) for name in QUALITY_CLASSES}
 
 
-QUALITY_SCHEMA = pa.schema([("prompt_id", pa.string()), ("finished_at", pa.float64()),
-                            ("quality", pa.string()), ("loop_start", pa.int32())])
+QUALITY_SCHEMA = pa.schema(
+    [("prompt_id", pa.string()), ("finished_at", pa.float64()), ("quality", pa.string()), ("loop_start", pa.int32())]
+)
 
 
 def classify_samples(samples: pa.Table, rules: QualityRules) -> pa.Table:
     """``QUALITY_SCHEMA`` rows for ``samples`` (any columns missing from older shards count as null)."""
+
     def column(name: str) -> list:
         return samples[name].to_pylist() if name in samples.column_names else [None] * samples.num_rows
 
@@ -187,9 +201,20 @@ def classify_samples(samples: pa.Table, rules: QualityRules) -> pa.Table:
     verdicts = [
         classify(status, finish, ids, content, thinking, unfinished, rules)
         for status, finish, ids, content, thinking, unfinished in zip(
-            column("status"), column("finish_reason"), token_ids, column("content"),
-            column("thinking_tokens"), column("unfinished_thinking"))
+            column("status"),
+            column("finish_reason"),
+            token_ids,
+            column("content"),
+            column("thinking_tokens"),
+            column("unfinished_thinking"),
+        )
     ]
-    return pa.table({"prompt_id": column("prompt_id"), "finished_at": column("finished_at"),
-                     "quality": [v.quality for v in verdicts], "loop_start": [v.loop_start for v in verdicts]},
-                    schema=QUALITY_SCHEMA)
+    return pa.table(
+        {
+            "prompt_id": column("prompt_id"),
+            "finished_at": column("finished_at"),
+            "quality": [v.quality for v in verdicts],
+            "loop_start": [v.loop_start for v in verdicts],
+        },
+        schema=QUALITY_SCHEMA,
+    )

@@ -31,13 +31,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle_assets.core.files import (
+    combined_hash,
+    list_column_parts,
+    remove_stale_temporaries,
+    write_json,
+    write_parquet,
+)
+from eagle_assets.core.layout import QUALITY_FILE, SHARD_GLOB, TURNS_FILE
 from eagle_assets.reasoning_samples.quality import QualityRules, classify_samples
 from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, TURN_MODES, Answer
-from eagle_assets.core.files import combined_hash, list_column_parts, remove_stale_temporaries, write_json, write_parquet
 
-SHARD_GLOB = "shard-*.parquet"
-QUALITY_FILE = "quality.parquet"
-TURNS_FILE = "turns.json"
 _RULES_KEY = b"quality_rules"
 
 SCHEMA = pa.schema(
@@ -176,8 +180,12 @@ def done_turns(folder: Path) -> dict[tuple[str, int], Answer]:
     """``(prompt_id, turn)`` -> the stored answer, for turns whose latest row is ``ok`` (``turns: all``)."""
     latest = load_samples(folder, columns=["status", "content", "reasoning"])
     ok = latest.filter(pc.equal(latest["status"], "ok"))
-    return {(pid, turn): Answer(content, reasoning) for pid, turn, content, reasoning in zip(
-        ok["prompt_id"].to_pylist(), ok["turn"].to_pylist(), ok["content"].to_pylist(), ok["reasoning"].to_pylist())}
+    return {
+        (pid, turn): Answer(content, reasoning)
+        for pid, turn, content, reasoning in zip(
+            ok["prompt_id"].to_pylist(), ok["turn"].to_pylist(), ok["content"].to_pylist(), ok["reasoning"].to_pylist()
+        )
+    }
 
 
 def content_hash(samples: pa.Table) -> str:

@@ -67,8 +67,9 @@ def turn_context(messages: list[dict], turn: int, answers: list[Answer]) -> list
     ``answers[i]`` (the verifier's own answer to turn ``i``)."""
     turns = user_turns(messages)
     if not 0 <= turn < len(turns) or len(answers) < turn:
-        raise ValueError(f"turn {turn} of a {len(turns)}-turn conversation needs {turn} earlier answers, "
-                         f"got {len(answers)}")
+        raise ValueError(
+            f"turn {turn} of a {len(turns)}-turn conversation needs {turn} earlier answers, got {len(answers)}"
+        )
     context: list[dict] = []
     for i in range(turn):
         context += [*turns[i], answers[i].message()]
@@ -91,8 +92,9 @@ class Conversation:
         return turn_count(self.messages) - self.next_turn
 
 
-def pending_conversations(prompts: Iterable[tuple[str, list[dict], str | None]],
-                          stored: Mapping[tuple[str, int], Answer]) -> list[Conversation]:
+def pending_conversations(
+    prompts: Iterable[tuple[str, list[dict], str | None]], stored: Mapping[tuple[str, int], Answer]
+) -> list[Conversation]:
     """Conversations with a turn not yet stored ok, each starting at its first such turn.
 
     ``stored``: ``(prompt_id, turn)`` -> answer, for every turn whose latest row is ok. A turn after a

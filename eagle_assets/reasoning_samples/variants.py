@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from eagle_assets.reasoning_samples.engine import Sampling
 from eagle_assets.core.files import write_json
+from eagle_assets.core.layout import VARIANTS_FILE
+from eagle_assets.reasoning_samples.engine import Sampling
 
-VARIANTS_FILE = "sampling_variants.json"
 SHARE_TOLERANCE = 1e-6
 
 
@@ -56,12 +56,16 @@ def validate_variants(variants: Sequence[SamplingVariant], field_name: str = "sa
     if any(not n for n in names) or len(set(names)) != len(names):
         raise VariantsError(f"{field_name}: every variant needs its own non-empty name (got {names})")
     if any(v.share <= 0 for v in variants):
-        raise VariantsError(f"{field_name}: every share must be > 0 (got "
-                            f"{ {v.name: v.share for v in variants} }); drop a variant instead of giving it 0")
+        raise VariantsError(
+            f"{field_name}: every share must be > 0 (got "
+            f"{ {v.name: v.share for v in variants} }); drop a variant instead of giving it 0"
+        )
     total = sum(v.share for v in variants)
     if abs(total - 1.0) > SHARE_TOLERANCE:
-        raise VariantsError(f"{field_name}: shares must sum to 1, they sum to {total:g} "
-                            f"({ {v.name: v.share for v in variants} }): scale them")
+        raise VariantsError(
+            f"{field_name}: shares must sum to 1, they sum to {total:g} "
+            f"({ {v.name: v.share for v in variants} }): scale them"
+        )
 
 
 def unit_interval(prompt_id: str) -> float:

@@ -7,5 +7,6 @@ from pathlib import Path
 from eagle_assets.tiny_verifier.build import build_tiny_verifier
 from eagle_assets.tiny_verifier.recipe import RECIPES
 
-build_tiny_verifier(Path(sys.argv[1]), RECIPES[sys.argv[2]](**json.loads(sys.argv[3])),
-                    log=lambda line: print(line, flush=True))
+build_tiny_verifier(
+    Path(sys.argv[1]), RECIPES[sys.argv[2]](**json.loads(sys.argv[3])), log=lambda line: print(line, flush=True)
+)

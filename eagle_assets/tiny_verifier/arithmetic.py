@@ -43,7 +43,7 @@ class Problem:
 def problem_group(problem: Problem) -> str:
     """The problem a question asks, whatever its wording: operator and operands (commutative operands
     sorted, so "3 * 12" and "12 * 3" are one problem). Demo rows carry it as their split ``group``."""
-    a, b = (sorted((problem.a, problem.b)) if problem.op in "+*" else (problem.a, problem.b))
+    a, b = sorted((problem.a, problem.b)) if problem.op in "+*" else (problem.a, problem.b)
     return f"arithmetic:{a}{problem.op}{b}"
 
 

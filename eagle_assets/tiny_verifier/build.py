@@ -15,6 +15,7 @@ import torch
 from transformers import GenerationConfig
 
 from eagle_assets.tiny_verifier import kimi
+from eagle_assets.tiny_verifier.cache import RECIPE_FILE
 from eagle_assets.tiny_verifier.corpus import make_conversations
 from eagle_assets.tiny_verifier.model import model_config, train_model
 from eagle_assets.tiny_verifier.recipe import RECIPE_VERSION, TinyKimiRecipe, TinyVerifierRecipe, recipe_hash
@@ -25,8 +26,6 @@ from eagle_assets.tiny_verifier.tokenizer import (
     encode_conversation,
     train_tokenizer,
 )
-
-from eagle_assets.tiny_verifier.cache import RECIPE_FILE
 
 
 def build_tiny_verifier(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable[[str], None] = print) -> Path:
@@ -46,12 +45,17 @@ def build_tiny_verifier(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable
         )
         conversations = make_conversations(recipe.train_steps * recipe.batch_size, recipe.seed + 2, recipe)
         rows = [encode_conversation(tokenizer, conv) for conv in conversations]
-        log(f"tiny verifier: {recipe.kind}, vocab {len(tokenizer)}, {len(rows)} training rows, "
-            f"mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens")
+        log(
+            f"tiny verifier: {recipe.kind}, vocab {len(tokenizer)}, {len(rows)} training rows, "
+            f"mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens"
+        )
         pad_id, eos_id = tokenizer.convert_tokens_to_ids([markup.pad, markup.eos])
         vocab = -(-len(tokenizer) // recipe.model_vocab_multiple) * recipe.model_vocab_multiple
-        config = (kimi.text_config(recipe, vocab, pad_id=pad_id, eos_id=eos_id) if is_kimi
-                  else model_config(recipe, vocab, pad_id=pad_id, eos_id=eos_id))
+        config = (
+            kimi.text_config(recipe, vocab, pad_id=pad_id, eos_id=eos_id)
+            if is_kimi
+            else model_config(recipe, vocab, pad_id=pad_id, eos_id=eos_id)
+        )
         model = train_model(config, rows, recipe, log=log)
     finally:
         torch.set_num_threads(threads)
@@ -62,8 +66,10 @@ def build_tiny_verifier(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable
     else:
         model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    (out_dir / RECIPE_FILE).write_text(json.dumps(
-        {"recipe_hash": recipe_hash(recipe), "version": RECIPE_VERSION, "kind": recipe.kind, **asdict(recipe)},
-        indent=2,
-    ))
+    (out_dir / RECIPE_FILE).write_text(
+        json.dumps(
+            {"recipe_hash": recipe_hash(recipe), "version": RECIPE_VERSION, "kind": recipe.kind, **asdict(recipe)},
+            indent=2,
+        )
+    )
     return out_dir

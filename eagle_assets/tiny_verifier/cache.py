@@ -13,7 +13,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from eagle_assets.tiny_verifier.recipe import DEFAULT_KIMI_RECIPE, DEFAULT_RECIPE, RECIPES, TinyVerifierRecipe, recipe_hash
+from eagle_assets.tiny_verifier.recipe import (
+    DEFAULT_KIMI_RECIPE,
+    DEFAULT_RECIPE,
+    RECIPES,
+    TinyVerifierRecipe,
+    recipe_hash,
+)
 
 # Written last by a build (see build.py); its presence marks a complete folder.
 RECIPE_FILE = "eagle_assets_recipe.json"
@@ -65,8 +71,9 @@ def cached_tiny_kimi(cache_dir: str | os.PathLike | None = None, log: Callable[[
     return cached_tiny_verifier(cache_dir, DEFAULT_KIMI_RECIPE, log)
 
 
-def cached_embedded_verifier(kind: str, cache_dir: str | os.PathLike | None = None,
-                             log: Callable[[str], None] = print) -> Path:
+def cached_embedded_verifier(
+    kind: str, cache_dir: str | os.PathLike | None = None, log: Callable[[str], None] = print
+) -> Path:
     """The folder of the embedded verifier named ``kind`` (tiny-qwen3 or tiny-kimi), with its default recipe."""
     if kind not in RECIPES:
         raise ValueError(f"unknown embedded verifier {kind!r}: choose one of {', '.join(RECIPES)}")
@@ -91,8 +98,12 @@ def _remove_abandoned_builds(folder: Path, held_key: str) -> None:
 
 def _build_in_child(out_dir: Path, recipe: TinyVerifierRecipe, log: Callable[[str], None]) -> None:
     """Run the build in a fresh interpreter whose OpenMP settings are fixed before torch loads."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(recipe.threads), "OMP_WAIT_POLICY": "PASSIVE",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(recipe.threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     cmd = [sys.executable, "-m", "eagle_assets.tiny_verifier", str(out_dir), recipe.kind, json.dumps(asdict(recipe))]
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
         lines = []

@@ -29,10 +29,15 @@ class EmbeddedVerifier:
 
 
 EMBEDDED_VERIFIERS = {
-    v.name: v for v in (
+    v.name: v
+    for v in (
         EmbeddedVerifier("tiny-qwen3", backend="transformers", reasoning_parser="qwen3"),
-        EmbeddedVerifier("tiny-kimi", backend="kimi", reasoning_parser="kimi_k2",
-                         serve_args=("--limit-mm-per-prompt", json.dumps({"vision_chunk": 0}))),
+        EmbeddedVerifier(
+            "tiny-kimi",
+            backend="kimi",
+            reasoning_parser="kimi_k2",
+            serve_args=("--limit-mm-per-prompt", json.dumps({"vision_chunk": 0})),
+        ),
     )
 }
 

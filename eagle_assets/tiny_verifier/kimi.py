@@ -24,10 +24,16 @@ WEIGHT_PREFIX = "language_model."
 MEDIA_PAD = "<|media_pad|>"
 # vLLM's Kimi-K2.5 image processor fields (Kimi-K2.5's published values); never used for text.
 MEDIA_PROC_CFG = {
-    "patch_size": 14, "merge_kernel_size": 2, "temporal_merge_kernel_size": 4,
-    "in_patch_limit": 16384, "in_patch_limit_each_frame": 4096, "in_patch_limit_video": None,
-    "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
-    "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+    "patch_size": 14,
+    "merge_kernel_size": 2,
+    "temporal_merge_kernel_size": 4,
+    "in_patch_limit": 16384,
+    "in_patch_limit_each_frame": 4096,
+    "in_patch_limit_video": None,
+    "patch_limit_on_one_side": 512,
+    "fixed_output_tokens": None,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
 }
 
 
@@ -74,8 +80,12 @@ def wrapper_config(recipe: TinyKimiRecipe, text: dict, media_pad_id: int) -> dic
         "architectures": [ARCHITECTURE],
         "model_type": "kimi_k25",
         "text_config": {**text, "model_type": "kimi_k2"},
-        "vision_config": {"hidden_size": vision, "intermediate_size": 2 * vision, "num_hidden_layers": recipe.vision_layers,
-                          "num_attention_heads": 2},
+        "vision_config": {
+            "hidden_size": vision,
+            "intermediate_size": 2 * vision,
+            "num_hidden_layers": recipe.vision_layers,
+            "num_attention_heads": 2,
+        },
         "projection_hidden_size": vision,
         "media_placeholder_token_id": media_pad_id,
         "image_token_id": media_pad_id,
@@ -94,8 +104,11 @@ def save_wrapped(model: PreTrainedModel, out_dir: Path, recipe: TinyKimiRecipe, 
         weights = load_file(str(Path(plain) / "model.safetensors"))
         text = json.loads((Path(plain) / "config.json").read_text())
         text.pop("architectures", None)
-    save_file({WEIGHT_PREFIX + name: tensor for name, tensor in weights.items()},
-              str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {WEIGHT_PREFIX + name: tensor for name, tensor in weights.items()},
+        str(out_dir / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     (out_dir / "config.json").write_text(json.dumps(wrapper_config(recipe, text, media_pad_id), indent=2))
     model.generation_config.save_pretrained(out_dir)
     (out_dir / "preprocessor_config.json").write_text(json.dumps({"media_proc_cfg": MEDIA_PROC_CFG}, indent=2))

@@ -77,7 +77,10 @@ def train_model(
     model = AutoModelForCausalLM.from_config(config)
     model.train()
     optim = torch.optim.AdamW(
-        model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.95),
+        model.parameters(),
+        lr=recipe.learning_rate,
+        weight_decay=recipe.weight_decay,
+        betas=(0.9, 0.95),
         fused=True,
     )
 
@@ -101,7 +104,9 @@ def train_model(
         now = time.monotonic()
         if now - last_log > 5 or step == recipe.train_steps - 1:
             last_log = now
-            log(f"tiny verifier: step {step + 1}/{recipe.train_steps} loss {loss.item():.4f} "
-                f"({(step + 1) / (now - started):.1f} steps/s)")
+            log(
+                f"tiny verifier: step {step + 1}/{recipe.train_steps} loss {loss.item():.4f} "
+                f"({(step + 1) / (now - started):.1f} steps/s)"
+            )
     model.eval()
     return model

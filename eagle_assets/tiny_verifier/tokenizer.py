@@ -35,18 +35,35 @@ class ChatMarkup:
         return Path(__file__).with_name(self.template_file).read_text()
 
 
-QWEN_MARKUP = ChatMarkup(special_tokens=("<|endoftext|>", "<|im_start|>", IM_END), eos=IM_END,
-                         pad="<|endoftext|>", template_file="chat_template.jinja")
+QWEN_MARKUP = ChatMarkup(
+    special_tokens=("<|endoftext|>", "<|im_start|>", IM_END),
+    eos=IM_END,
+    pad="<|endoftext|>",
+    template_file="chat_template.jinja",
+)
 # Kimi-K2.5's role markers and media tokens (the wrapper's config names <|media_pad|> as its image token).
 KIMI_MARKUP = ChatMarkup(
-    special_tokens=("[PAD]", IM_END, "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
-                    "<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>"),
-    eos=IM_END, pad="[PAD]", template_file="kimi_chat_template.jinja",
+    special_tokens=(
+        "[PAD]",
+        IM_END,
+        "<|im_user|>",
+        "<|im_assistant|>",
+        "<|im_system|>",
+        "<|im_middle|>",
+        "<|media_begin|>",
+        "<|media_content|>",
+        "<|media_end|>",
+        "<|media_pad|>",
+    ),
+    eos=IM_END,
+    pad="[PAD]",
+    template_file="kimi_chat_template.jinja",
 )
 
 # GPT-2's split pattern with one digit per piece (as Qwen's tokenizers split numbers), keeping the
 # leading space on the digit: " 85" -> " 8", "5". Numbers stay digit-wise learnable and short.
 SPLIT_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, markup: ChatMarkup = QWEN_MARKUP) -> PreTrainedTokenizerFast:
     """Train byte-level BPE on ``texts`` and wrap it as a transformers tokenizer with the markup's template."""
@@ -99,7 +116,7 @@ def encode_conversation(tokenizer: PreTrainedTokenizerFast, conv: Conversation) 
     full = tokenizer.apply_chat_template([*conv.messages, reply], tokenize=False, **kwargs)
     if not full.startswith(prompt):
         raise ValueError(f"chat template renders the prompt inconsistently: {prompt!r} vs {full!r}")
-    completion = full[len(prompt):].removesuffix("\n")
+    completion = full[len(prompt) :].removesuffix("\n")
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     completion_ids = tokenizer.encode(completion, add_special_tokens=False)
     return prompt_ids + completion_ids, [0] * len(prompt_ids) + [1] * len(completion_ids)

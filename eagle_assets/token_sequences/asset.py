@@ -10,17 +10,15 @@ import dagster as dg
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import PIPELINE
-from eagle_assets.prompts.asset import FILE_NAME as PROMPTS_FILE
 from eagle_assets.capacity import asset_plan_metadata
+from eagle_assets.core.checks import check_result
+from eagle_assets.core.files import write_json, write_parquet
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SEQUENCES_FILE, TOKENIZATION_FILE
+from eagle_assets.prompts.splits import SPLITS, read_current_splits
 from eagle_assets.reasoning_samples.quality import count_classes
 from eagle_assets.reasoning_samples.store import load_classified, load_samples
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.prompts.splits import SPLITS, read_current_splits
-from eagle_assets.core.files import write_json, write_parquet
 from eagle_assets.token_sequences.build import (
-    SEQUENCES_FILE,
     DriftReport,
     Policy,
     build_rows,
@@ -29,8 +27,7 @@ from eagle_assets.token_sequences.build import (
     template_hash,
 )
 
-CODE_VERSION = "token_sequences-2"  # 2: no split column; splits read from the current prompts table
-REPORT_FILE = "tokenization.json"
+CODE_VERSION = "token_sequences-2"
 # Prompts render deterministically: any prompt mismatch means another template or tokenizer.
 MAX_PROMPT_MISMATCH_RATE = 0.0
 # Completions may legitimately differ (the model sampled a non-canonical tokenization).
@@ -42,16 +39,22 @@ class QualityPolicy(dg.Config):
     """Per quality class of `reasoning_samples`: keep the samples, drop them, or (loops) cut them."""
 
     truncated: Literal["keep", "drop"] = Field(
-        default="keep", description="Answer cut at max_tokens: keep (still the verifier's own text) or drop.")
+        default="keep", description="Answer cut at max_tokens: keep (still the verifier's own text) or drop."
+    )
     unfinished_thinking: Literal["keep", "drop"] = Field(
-        default="keep", description="Thinking never closed (no answer): keep or drop.")
+        default="keep", description="Thinking never closed (no answer): keep or drop."
+    )
     empty_answer: Literal["keep", "drop"] = Field(
-        default="keep", description="Nothing after the thinking: keep or drop.")
+        default="keep", description="Nothing after the thinking: keep or drop."
+    )
     trivial_reasoning: Literal["keep", "drop"] = Field(
-        default="keep", description="Thinking shorter than reasoning_samples' min_thinking_tokens: keep or drop.")
+        default="keep", description="Thinking shorter than reasoning_samples' min_thinking_tokens: keep or drop."
+    )
     repetition_loop: Literal["keep", "drop", "cut"] = Field(
-        default="keep", description="A repetition loop: keep, drop, or cut (the completion ends where the loop "
-        "starts, unsupervised after that).")
+        default="keep",
+        description="A repetition loop: keep, drop, or cut (the completion ends where the loop "
+        "starts, unsupervised after that).",
+    )
 
 
 class TokenSequencesConfig(dg.Config):
@@ -100,22 +103,28 @@ def renderer(verifier: Verifier):
 def drift_check_result(report: DriftReport) -> dg.AssetCheckResult:
     """Fails (error) on any prompt mismatch, warns on many completion mismatches, saying which and what to do."""
     prompt_ok = report.prompt_mismatch_rate <= MAX_PROMPT_MISMATCH_RATE
-    rates = (f"of {report.checked} re-rendered samples, {report.prompt_mismatches} prompts "
-             f"({report.prompt_mismatch_rate:.1%}, limit {MAX_PROMPT_MISMATCH_RATE:.0%}) and "
-             f"{report.completion_mismatches} completions ({report.completion_mismatch_rate:.1%}, warning above "
-             f"{WARN_COMPLETION_MISMATCH_RATE:.0%}) differ from the server's tokens")
+    rates = (
+        f"of {report.checked} re-rendered samples, {report.prompt_mismatches} prompts "
+        f"({report.prompt_mismatch_rate:.1%}, limit {MAX_PROMPT_MISMATCH_RATE:.0%}) and "
+        f"{report.completion_mismatches} completions ({report.completion_mismatch_rate:.1%}, warning above "
+        f"{WARN_COMPLETION_MISMATCH_RATE:.0%}) differ from the server's tokens"
+    )
     return check_result(
         prompt_ok and report.completion_mismatch_rate <= WARN_COMPLETION_MISMATCH_RATE,
-        {**report.metadata(),
-         "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in report.examples[:10]) or "none")},
+        {
+            **report.metadata(),
+            "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in report.examples[:10]) or "none"),
+        },
         check_name="template_drift",
         severity=dg.AssetCheckSeverity.ERROR if not prompt_ok else dg.AssetCheckSeverity.WARN,
         failed=rates,
         fix="point verifier.model_path at the folder that served the samples (its chat template or tokenizer "
-            "differs), or re-materialize reasoning_samples with the current verifier" if not prompt_ok else
-            "some sampled completions tokenize differently when re-encoded (a few are normal); if many, use the "
-            "server's tokenizers/transformers versions here: rows rendered without server tokens would differ",
+        "differs), or re-materialize reasoning_samples with the current verifier"
+        if not prompt_ok
+        else "some sampled completions tokenize differently when re-encoded (a few are normal); if many, use the "
+        "server's tokenizers/transformers versions here: rows rendered without server tokens would differ",
     )
+
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
     @dg.asset(
@@ -126,8 +135,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         kinds={"python", "parquet"},
         code_version=CODE_VERSION,
     )
-    def token_sequences(context: dg.AssetExecutionContext, config: TokenSequencesConfig, storage: StorageRoot,
-                        verifier: Verifier) -> dg.MaterializeResult:
+    def token_sequences(
+        context: dg.AssetExecutionContext, config: TokenSequencesConfig, storage: StorageRoot, verifier: Verifier
+    ) -> dg.MaterializeResult:
         """Training rows of one partition: the verifier's exact prompt + completion tokens, with a loss
         mask of 0 on the prompt and 1 on the thinking, answer and stop token.
 
@@ -144,18 +154,27 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         except FileNotFoundError as err:
             raise dg.Failure(description=str(err)) from None
         render, tokenizer = renderer(verifier)
-        policy = Policy(config.max_length, config.overlength_policy, tuple(config.splits),
-                        config.quality_policy.model_dump())
+        policy = Policy(
+            config.max_length, config.overlength_policy, tuple(config.splits), config.quality_policy.model_dump()
+        )
         built = build_rows(samples, messages, splits, render, policy)
         table = built.table()
         folder = storage.path("token_sequences", partition)
         path = write_parquet(table, folder / SEQUENCES_FILE)
         drift = measure_drift(samples, messages, render, config.drift_sample_size)
         version = content_hash(table)
-        write_json({"policy": config.model_dump(), "quality_rules": rules.as_dict(),
-                    "verifier": str(verifier.resolved_model_path()),
-                    "verifier_identity": verifier.identity(), "template_hash": template_hash(tokenizer),
-                    "drift": drift.metadata(), "content_hash": version}, folder / REPORT_FILE)
+        write_json(
+            {
+                "policy": config.model_dump(),
+                "quality_rules": rules.as_dict(),
+                "verifier": str(verifier.resolved_model_path()),
+                "verifier_identity": verifier.identity(),
+                "template_hash": template_hash(tokenizer),
+                "drift": drift.metadata(),
+                "content_hash": version,
+            },
+            folder / TOKENIZATION_FILE,
+        )
         seq_lens = table["seq_len"].to_pylist()
         origins = table["origin"].to_pylist()
         elapsed = time.monotonic() - started
@@ -197,8 +216,9 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         description="Re-renders a sample of server-token records with the local chat template and tokenizer; "
         "fails on any prompt mismatch (a changed template/tokenizer), warns when many completions differ.",
     )
-    def template_drift(context: dg.AssetCheckExecutionContext, storage: StorageRoot,
-                       verifier: Verifier) -> dg.AssetCheckResult:
+    def template_drift(
+        context: dg.AssetCheckExecutionContext, storage: StorageRoot, verifier: Verifier
+    ) -> dg.AssetCheckResult:
         partition = context.partition_key
         samples = load_samples(Path(storage.path("reasoning_samples", partition)))
         render, _ = renderer(verifier)

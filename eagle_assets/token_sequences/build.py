@@ -25,10 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, Answer, turn_context
 from eagle_assets.core.files import combined_hash, list_column_parts
+from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, Answer, turn_context
 
-SEQUENCES_FILE = "sequences.parquet"  # the token_sequences asset's table, per partition folder
 SEQUENCES_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
@@ -68,7 +67,7 @@ def list_rows(column) -> list:
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets, values = arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False)
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    return [values[offsets[i]:offsets[i + 1]] if valid[i] else None for i in range(len(arr))]
+    return [values[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(arr))]
 
 
 @dataclass
@@ -101,13 +100,17 @@ class Built:
         values = np.concatenate(self.tokens) if self.tokens else np.zeros(0, np.int32)
         mask = np.ones(len(values), np.int8)
         for start, prompt_len in zip(offsets[:-1], self.prompt_lengths):
-            mask[start:start + prompt_len] = 0
+            mask[start : start + prompt_len] = 0
         arrow_offsets = pa.array(offsets, pa.int32())
         return pa.table(
-            {"prompt_id": pa.array(self.prompt_ids, pa.string()), "turn": pa.array(self.turns, pa.int32()),
-             "input_ids": pa.ListArray.from_arrays(arrow_offsets, pa.array(values, pa.int32())),
-             "loss_mask": pa.ListArray.from_arrays(arrow_offsets, pa.array(mask, pa.int8())),
-             "seq_len": pa.array(lengths, pa.int32()), "origin": pa.array(self.origins, pa.string())},
+            {
+                "prompt_id": pa.array(self.prompt_ids, pa.string()),
+                "turn": pa.array(self.turns, pa.int32()),
+                "input_ids": pa.ListArray.from_arrays(arrow_offsets, pa.array(values, pa.int32())),
+                "loss_mask": pa.ListArray.from_arrays(arrow_offsets, pa.array(mask, pa.int8())),
+                "seq_len": pa.array(lengths, pa.int32()),
+                "origin": pa.array(self.origins, pa.string()),
+            },
             schema=SEQUENCES_SCHEMA,
         )
 
@@ -136,7 +139,7 @@ def _turns(samples: pa.Table) -> list[int]:
     return [LAST_TURN_ONLY if t is None else t for t in _column(samples, "turn")]
 
 
-def sample_contexts(samples: pa.Table, messages: dict[str, list[dict]]) -> Callable[[int], "list[dict] | None"]:
+def sample_contexts(samples: pa.Table, messages: dict[str, list[dict]]) -> Callable[[int], list[dict] | None]:
     """``context(i)``: the messages sample ``i`` was asked with, rebuilt from the prompts table and (for a
     turn of ``turns: all``) the stored answers before it; None when the prompt or an earlier answer is gone."""
     ids, turns = _column(samples, "prompt_id"), _turns(samples)
@@ -155,8 +158,9 @@ def sample_contexts(samples: pa.Table, messages: dict[str, list[dict]]) -> Calla
     return context
 
 
-def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[str, str], render: Renderer,
-               policy: Policy) -> Built:
+def build_rows(
+    samples: pa.Table, messages: dict[str, list[dict]], splits: dict[str, str], render: Renderer, policy: Policy
+) -> Built:
     """One row per usable sample; every other sample counted under the reason it was skipped.
 
     ``policy.quality`` applies per quality class (the ``quality``/``loop_start`` columns of
@@ -199,8 +203,8 @@ def build_rows(samples: pa.Table, messages: dict[str, list[dict]], splits: dict[
                 out.skipped["context_unknown"] += 1
                 continue
             prompt_ids, completion_ids = render(
-                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
-                template_kwargs(samples, i))
+                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(), template_kwargs(samples, i)
+            )
             origin = "rendered"
         if not len(completion_ids):
             out.skipped["empty_completion"] += 1
@@ -260,8 +264,9 @@ def _first_difference(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Renderer,
-                  sample_size: int, seed: int = 0) -> DriftReport:
+def measure_drift(
+    samples: pa.Table, messages: dict[str, list[dict]], render: Renderer, sample_size: int, seed: int = 0
+) -> DriftReport:
     """Re-render up to ``sample_size`` server-token samples locally and compare ids exactly.
 
     A prompt mismatch means the local chat template or tokenizer is not the one the server used
@@ -272,8 +277,12 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
     prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
     context = sample_contexts(samples, messages)
     candidates = [
-        i for i in range(len(ids))
-        if statuses[i] == "ok" and prompts[i] is not None and len(prompts[i]) and completions[i] is not None
+        i
+        for i in range(len(ids))
+        if statuses[i] == "ok"
+        and prompts[i] is not None
+        and len(prompts[i])
+        and completions[i] is not None
         and len(completions[i])
     ]
     report = DriftReport()
@@ -288,8 +297,8 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
         report.checked += 1
         try:
             prompt_ids, completion_ids = render(
-                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(),
-                template_kwargs(samples, i))
+                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(), template_kwargs(samples, i)
+            )
         except ValueError as exc:
             # The reply does not round-trip through the template (e.g. a model that wrote a thinking block
             # in instant mode, which the template renders only with thinking on): its completion cannot be
@@ -301,8 +310,10 @@ def measure_drift(samples: pa.Table, messages: dict[str, list[dict]], render: Re
         if list(prompt_ids) != server_prompt:
             report.prompt_mismatches += 1
             at = _first_difference(list(prompt_ids), server_prompt)
-            report.examples.append(f"{ids[i]}: prompt differs at token {at} "
-                                   f"(local {list(prompt_ids)[at:at + 5]}, server {server_prompt[at:at + 5]})")
+            report.examples.append(
+                f"{ids[i]}: prompt differs at token {at} "
+                f"(local {list(prompt_ids)[at : at + 5]}, server {server_prompt[at : at + 5]})"
+            )
         if list(completion_ids) != server_completion:
             report.completion_mismatches += 1
     return report

@@ -81,7 +81,7 @@ class Fp8OnDeviceDataset(ArrowDataset):
         if self.fp8_on_device and isinstance(data, dict):
             # One scale per token over every stored layer: [tokens, layers, 1] -> [tokens, 1].
             scales = self.transfer.last_scales.reshape(-1, 1).float()
-            data.update({name: scales for name in SCALES_OF.values()})
+            data.update(dict.fromkeys(SCALES_OF.values(), scales))
         return data
 
 
@@ -117,8 +117,9 @@ def dequantize_features(batch: dict, dtype: torch.dtype) -> dict:
         if key in batch:
             scales = batch.pop(name, None)
             # No scales: a batch of only unavailable samples, all zeros.
-            batch[key] = (dequantize_fp8_tensor(batch[key], scales, dtype=dtype) if scales is not None
-                          else batch[key].to(dtype))
+            batch[key] = (
+                dequantize_fp8_tensor(batch[key], scales, dtype=dtype) if scales is not None else batch[key].to(dtype)
+            )
     return batch
 
 
@@ -127,8 +128,9 @@ class DeviceBatches:
     dequantized to ``dequantize_dtype`` when given. Behaves as the loader for speculators' trainer
     (``len``, ``batch_sampler``, ``dataset``)."""
 
-    def __init__(self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None,
-                 last_epoch: int | None = None):
+    def __init__(
+        self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None, last_epoch: int | None = None
+    ):
         self.loader = loader
         self.device = torch.device(device)
         self.dequantize_dtype = dequantize_dtype
@@ -147,8 +149,9 @@ class DeviceBatches:
         if self.stream is None:
             return (dequantize_features(batch, self.dequantize_dtype) if self.dequantize_dtype else batch), None
         with torch.cuda.stream(self.stream):
-            moved = {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                     for k, v in batch.items()}
+            moved = {
+                k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+            }
             if self.dequantize_dtype is not None:
                 moved = dequantize_features(moved, self.dequantize_dtype)
             ready = self.stream.record_event()

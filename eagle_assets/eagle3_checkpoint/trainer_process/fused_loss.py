@@ -34,13 +34,13 @@ def fused_loss_forward(logits: torch.Tensor, targets: torch.Tensor, op: int) -> 
 @fused_loss_forward.register_fake
 def _(logits, targets, op):
     rows = logits.shape[0]
-    return (logits.new_empty(rows, dtype=torch.float32),
-            logits.new_empty((fused._N_STATS, rows), dtype=torch.float32))
+    return (logits.new_empty(rows, dtype=torch.float32), logits.new_empty((fused._N_STATS, rows), dtype=torch.float32))
 
 
 @torch.library.custom_op(f"{_NAMESPACE}::fused_loss_backward", mutates_args=())
-def fused_loss_backward(logits: torch.Tensor, targets: torch.Tensor, grad_loss: torch.Tensor,
-                        stats: torch.Tensor, op: int) -> torch.Tensor:
+def fused_loss_backward(
+    logits: torch.Tensor, targets: torch.Tensor, grad_loss: torch.Tensor, stats: torch.Tensor, op: int
+) -> torch.Tensor:
     """Gradient of the per-row loss with respect to ``logits`` (targets get none, as in speculators)."""
     rows, cols = logits.shape
     grad = torch.empty_like(logits)
@@ -73,8 +73,9 @@ class CompilableFusedLoss:
     @staticmethod
     def apply(logits: torch.Tensor, targets: torch.Tensor, op: int) -> torch.Tensor:
         batch, tokens, vocab = logits.shape
-        loss, _ = fused_loss_forward(logits.contiguous().view(batch * tokens, vocab),
-                                     targets.contiguous().view(batch * tokens, vocab), op)
+        loss, _ = fused_loss_forward(
+            logits.contiguous().view(batch * tokens, vocab), targets.contiguous().view(batch * tokens, vocab), op
+        )
         return loss.view(batch, tokens)
 
 

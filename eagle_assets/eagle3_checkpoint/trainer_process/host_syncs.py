@@ -36,8 +36,12 @@ class _QueuedScalarTorch(types.ModuleType):
 
     @staticmethod
     def tensor(data, *args, dtype=None, device=None, **kwargs):
-        if (not args and not kwargs and isinstance(data, (int, float, bool))
-                and _device_type(device) not in (None, "cpu")):
+        if (
+            not args
+            and not kwargs
+            and isinstance(data, (int, float, bool))
+            and _device_type(device) not in (None, "cpu")
+        ):
             return torch.full((), data, dtype=dtype, device=device)  # dtype inferred as torch.tensor would
         return torch.tensor(data, *args, dtype=dtype, device=device, **kwargs)
 

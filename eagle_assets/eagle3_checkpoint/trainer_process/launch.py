@@ -40,12 +40,17 @@ class EarlyStop(Exception):
 
 def _own_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m eagle_assets.eagle3_checkpoint.trainer_process.launch")
-    parser.add_argument("--early-stop-patience", type=int, default=0,
-                        help="Stop after this many epochs without a better validation loss (0: never).")
+    parser.add_argument(
+        "--early-stop-patience",
+        type=int,
+        default=0,
+        help="Stop after this many epochs without a better validation loss (0: never).",
+    )
     parser.add_argument("--metrics-file", type=Path, required=True, help="JSON-lines file for metric records.")
     parser.add_argument("--cpu-threads", type=int, default=1, help="Intra-op threads when training on CPU.")
-    parser.add_argument("--progress-seconds", type=float, default=5.0,
-                        help="Print a training progress line at most this often.")
+    parser.add_argument(
+        "--progress-seconds", type=float, default=5.0, help="Print a training progress line at most this often."
+    )
     if "--" not in argv:
         parser.error("separate speculators' flags with '--'")
     split = argv.index("--")
@@ -78,16 +83,22 @@ class MetricsRecorder(logging.Handler):
         if "val" in msg:
             val = msg["val"]
             accs = " ".join(f"{val[k]:.3f}" for k in sorted(val) if k.startswith("full_acc_"))
-            print(f"validation epoch {msg.get('epoch')}: loss {val.get('loss_epoch', float('nan')):.4f} "
-                  f"full_acc per ttt step {accs}", flush=True)
+            print(
+                f"validation epoch {msg.get('epoch')}: loss {val.get('loss_epoch', float('nan')):.4f} "
+                f"full_acc per ttt step {accs}",
+                flush=True,
+            )
         elif "train" in msg:
             now = time.monotonic()
             if now - self._last_print >= self.progress_seconds:
                 self._last_print = now
                 train, profile = msg["train"], msg.get("profile") or {}
-                print(f"epoch {msg.get('epoch')} step {msg.get('global_step')}: loss {train.get('loss', float('nan')):.4f} "
-                      f"full_acc_0 {train.get('full_acc_0', float('nan')):.3f} "
-                      f"tokens/s {profile.get('tokens_per_s', float('nan')):.0f}", flush=True)
+                print(
+                    f"epoch {msg.get('epoch')} step {msg.get('global_step')}: loss {train.get('loss', float('nan')):.4f} "
+                    f"full_acc_0 {train.get('full_acc_0', float('nan')):.3f} "
+                    f"tokens/s {profile.get('tokens_per_s', float('nan')):.0f}",
+                    flush=True,
+                )
 
 
 class _ConsoleFilter(logging.Filter):
@@ -133,14 +144,20 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     from speculators.train import cli, dataloader, trainer
 
     from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs
-    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches, Fp8OnDeviceDataset, ScalesKeptCollate
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
+        DeviceBatches,
+        Fp8OnDeviceDataset,
+        ScalesKeptCollate,
+    )
     from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import keep_memory_in
 
     host_syncs.install()
     dataloader.ArrowDataset = Fp8OnDeviceDataset
     dataloader.CollateFn = ScalesKeptCollate
     if _flag_value(speculators_argv, "--loss-implementation", "fused") == "fused":
-        from eagle_assets.eagle3_checkpoint.trainer_process import fused_loss# imports Triton: only when the fused loss is asked for
+        from eagle_assets.eagle3_checkpoint.trainer_process import (
+            fused_loss,  # imports Triton: only when the fused loss is asked for
+        )
 
         fused_loss.install()
 
@@ -174,8 +191,10 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
             improved = self.best_val_loss < before
             self._stale_epochs = 0 if improved else getattr(self, "_stale_epochs", 0) + 1
             if patience and self._stale_epochs >= patience:
-                raise EarlyStop(f"validation loss did not improve for {patience} epochs "
-                                f"(best {self.best_val_loss:.4f}); stopping after epoch {epoch}")
+                raise EarlyStop(
+                    f"validation loss did not improve for {patience} epochs "
+                    f"(best {self.best_val_loss:.4f}); stopping after epoch {epoch}"
+                )
 
     cli.Trainer = EarlyStoppingTrainer
 
