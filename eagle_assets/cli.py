@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+# Each command imports what it needs when it runs: Dagster, pyarrow and the stages take seconds to load,
+# and `eagle-assets --help` or a typo should not wait for them.
 app = typer.Typer(help="eagle-assets: EAGLE-3 drafts for reasoning models, as Dagster assets.", no_args_is_help=True)
 
 
@@ -53,7 +55,7 @@ def tiny_verifier(
     """Build (or reuse from the cache) an embedded tiny reasoning verifier and print its folder."""
     import shutil
 
-    from eagle_assets.tiny_verifier import cached_embedded_verifier
+    from eagle_assets.tiny_verifier.cache import cached_embedded_verifier
 
     try:
         cached = cached_embedded_verifier(kind, log=lambda line: typer.echo(line, err=True))
@@ -117,7 +119,7 @@ def demo(
     from eagle_assets.demo.command import demo_training_run, outcome, run_demo, summarize
     from eagle_assets.demo.display import StageDisplay, output_to_file
     from eagle_assets.eagle3_eval.evaluate import replaced
-    from eagle_assets.tiny_verifier.embedded import embedded_resources
+    from eagle_assets.resources.embedded import embedded_resources
 
     log_file = (
         Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -313,7 +315,7 @@ def add_training_run(name: str = typer.Argument(..., help="The run's name, e.g. 
     ($DAGSTER_HOME); the UI's launchpad can add one too. Its first materialization fixes its recipe."""
     import dagster as dg
 
-    from eagle_assets.orchestration.partitions import add_training_run as add
+    from eagle_assets.core.partitions import add_training_run as add
 
     with dg.DagsterInstance.get() as instance:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -9,6 +11,11 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.backends import VerifierBackend
+from eagle_assets.plugin_manager import verifier_backend
+from eagle_assets.tiny_verifier.embedded import embedded_verifier
+
+AUTO = "auto"
+_CUDA = re.compile(r"cuda:(\d+)")
 
 
 class Verifier(dg.ConfigurableResource):
@@ -69,13 +76,9 @@ class Verifier(dg.ConfigurableResource):
                     "(or leave it empty for the embedded tiny verifier)"
                 )
             return path
-        from eagle_assets.tiny_verifier.embedded import embedded_verifier
-
         return embedded_verifier(self.embedded).path()
 
     def get_backend(self) -> VerifierBackend:
-        from eagle_assets.plugin_manager import verifier_backend
-
         return verifier_backend(self.backend)
 
     def layer_ids(self) -> list[int]:
@@ -84,9 +87,43 @@ class Verifier(dg.ConfigurableResource):
 
     def extraction_devices(self) -> list[str]:
         """The device of each extraction worker (see ``devices``)."""
-        from eagle_assets.hidden_states.parallel import resolve_devices
-
         return resolve_devices(self.devices, self.device, self.get_backend())
 
     def identity(self) -> str:
         return self.get_backend().identity(self.resolved_model_path())
+
+
+def resolve_devices(
+    devices: Sequence[str], device: str, backend: VerifierBackend, cuda_count: int | None = None
+) -> list[str]:
+    """The device of each extraction worker.
+
+    ``[]`` or ``["auto"]``: one worker per visible CUDA GPU when ``device`` allows any GPU
+    (``auto``/``cuda``), there are several and the backend is data parallel; otherwise one
+    in-process extraction on ``device``. An explicit list (``["cuda:0", "cuda:1"]``, ``["cpu", "cpu"]``)
+    is taken as given after validation.
+    """
+    if cuda_count is None:
+        import torch
+
+        cuda_count = torch.cuda.device_count()
+    devices = list(devices)
+    if devices in ([], [AUTO]):
+        if backend.data_parallel and device in (AUTO, "cuda") and cuda_count > 1:
+            return [f"cuda:{i}" for i in range(cuda_count)]
+        return [device]
+    problems = []
+    for entry in devices:
+        match = _CUDA.fullmatch(entry)
+        if entry != "cpu" and not match and not (entry == "cuda" and len(devices) == 1):
+            problems.append(f"{entry!r} is not a device: use 'cpu' or 'cuda:N' (or ['auto'] alone)")
+        elif match and int(match.group(1)) >= cuda_count:
+            problems.append(f"{entry!r} is not visible: this host shows {cuda_count} CUDA device(s)")
+    if len(devices) > 1 and not backend.data_parallel:
+        problems.append(
+            f"backend {backend.name!r} cannot run one worker per device (it spreads one verifier over the "
+            "GPUs itself, or extracts through a server): set verifier.devices to [] or one device"
+        )
+    if problems:
+        raise ValueError(f"verifier.devices {devices}: " + "; ".join(problems))
+    return devices

@@ -55,6 +55,7 @@ from eagle_assets.resources.server_process import (
     stop_process_group,
 )
 from eagle_assets.resources.server_registry import DEFAULT_IDLE_STOP_S, HOSTNAME_KEY, stop_idle_servers, this_host
+from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
@@ -160,8 +161,6 @@ class VLLMServer(dg.ConfigurableResource):
     def resolved_model(self) -> str:
         if self.model:
             return self.model
-        from eagle_assets.tiny_verifier.embedded import embedded_verifier
-
         return str(embedded_verifier(self.embedded).path())
 
     def command(self, model: str) -> list[str]:
@@ -181,8 +180,6 @@ class VLLMServer(dg.ConfigurableResource):
         # One access-log line per request would flood the step log at 200 in flight.
         argv.append("--disable-uvicorn-access-log")
         if not self.model:
-            from eagle_assets.tiny_verifier.embedded import embedded_verifier
-
             argv += embedded_verifier(self.embedded).serve_args
         return argv + list(self.extra_args)
 

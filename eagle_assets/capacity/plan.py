@@ -14,14 +14,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from eagle_assets.capacity.shapes import ModelShape
 from eagle_assets.capacity.throughput import REFERENCE_DRAFT_VOCAB, Rate, extraction_rate, training_rate
-from eagle_assets.core.layout import PROMPTS_FILE, SEQUENCES_FILE, prompts_file
-from eagle_assets.hidden_states.files import BF16, FP8
-from eagle_assets.prompts.splits import TRAIN
+from eagle_assets.core.layout import (
+    BF16,
+    FP8,
+    PROMPTS_FILE,
+    REASONING_SAMPLES,
+    TRAIN,
+    asset_folder,
+    prompts_file,
+    sequences_file,
+)
+from eagle_assets.core.shards import latest_rows, shard_paths
 
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
 FP8_SCALE_BYTES = 4  # hs-connectors: one fp32 scale per token over all its layers ([seq, 1, 1])
@@ -87,8 +96,6 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
     """Prompt counts from the ``prompts`` partitions, sample lengths from ``reasoning_samples`` (ok
     rows) where materialized; ``prompts`` given overrides the count (the statistics still come from
     the partitions). Falls back to the assumed lengths, saying so."""
-    from eagle_assets.reasoning_samples.store import load_samples, shard_paths
-
     root = Path(root)
     count = train = 0
     prompt_sum = completion_sum = samples = 0
@@ -104,17 +111,19 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
             train += int(pc.sum(pc.equal(splits, TRAIN)).as_py() or 0)
             prompt_bytes += prompts_table.stat().st_size
             found_prompts.append(partition)
-        folder = root / "reasoning_samples" / partition
-        shards = shard_paths(folder) if folder.is_dir() else []
+        shards = shard_paths(asset_folder(root, REASONING_SAMPLES, partition))
         if shards:
-            rows = load_samples(folder, columns=["status", "prompt_tokens", "completion_tokens"])
+            columns = ["prompt_id", "turn", "status", "prompt_tokens", "completion_tokens"]
+            rows = latest_rows(
+                pa.concat_tables(pq.read_table(p, columns=columns) for p in shards), ("prompt_id", "turn")
+            )
             ok = rows.filter(pc.equal(rows["status"], "ok"))
             samples += ok.num_rows
             prompt_sum += int(pc.sum(ok["prompt_tokens"]).as_py() or 0)
             completion_sum += int(pc.sum(ok["completion_tokens"]).as_py() or 0)
             sample_bytes += _files_bytes(shards)
             found_samples.append(partition)
-        sequences = root / "token_sequences" / partition / SEQUENCES_FILE
+        sequences = sequences_file(root, partition)
         if sequences.is_file():
             sequence_bytes += sequences.stat().st_size
             sequence_tokens += int(pc.sum(pq.read_table(sequences, columns=["seq_len"])["seq_len"]).as_py() or 0)

@@ -16,6 +16,7 @@ from eagle_assets.capacity.plan import (
 )
 from eagle_assets.capacity.shapes import load_shape
 from eagle_assets.capacity.throughput import Rate
+from eagle_assets.resources.storage import default_root
 
 
 def _aux(text: str) -> list[int] | None:
@@ -58,8 +59,6 @@ def capacity_plan(
     generation_tok_s: float | None = None,
     generation_gpus: int = 8,
 ) -> CapacityPlan:
-    from eagle_assets.resources.storage import default_root
-
     root = Path(root or default_root())
     shape = load_shape(verifier, _aux(aux_layers))
     generation = None

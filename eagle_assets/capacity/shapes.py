@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle_assets.backends import VerifierBackend
+from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE
+
 # Text configs of the presets (only the fields the arithmetic reads).
 LLAMA_3_1_8B = {
     "model_type": "llama",
@@ -147,15 +150,12 @@ def shape_of(name: str, text_config, layer_ids: list[int]) -> ModelShape:
 
 def default_aux_layer_ids(num_layers: int) -> list[int]:
     """The transformers backend's default aux layers for a verifier of ``num_layers``."""
-    from eagle_assets.backends import VerifierBackend
-
     return VerifierBackend(name="plan", description="").default_aux_layer_ids(num_layers)
 
 
 def _tiny_config() -> dict[str, Any]:
     """The embedded tiny verifier's shape from its recipe (no build needed)."""
-    from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE as r
-
+    r = DEFAULT_RECIPE
     vocab = -(-r.vocab_size // r.model_vocab_multiple) * r.model_vocab_multiple
     return {
         "model_type": "qwen3",

@@ -6,13 +6,14 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from eagle_assets.core.layout import MODEL_FILES
 
 HASH_CHUNK = 1 << 20
 
@@ -68,13 +69,20 @@ def combined_hash(parts: Iterable[str | bytes]) -> str:
     return digest.hexdigest()
 
 
-def list_column_parts(column: pa.ChunkedArray | pa.Array) -> tuple[bytes, bytes]:
-    """A list column as (row lengths, flattened values) bytes for :func:`combined_hash`; null rows get -1."""
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return (
-        pc.fill_null(pc.list_value_length(column), -1).to_numpy().tobytes(),
-        pc.list_flatten(column).to_numpy().tobytes(),
-    )
+def model_file_hashes(folder: Path) -> dict[str, str]:
+    """The sha256 of the checkpoint's config and weights, by file name."""
+    return {name: file_sha256(Path(folder) / name) for name in MODEL_FILES}
+
+
+def hash_of_model_files(file_hashes: Mapping[str, str]) -> str:
+    """The content hash of a checkpoint from its :func:`model_file_hashes` (the weights are large:
+    each check that needs their sha256 takes it from there instead of reading them again)."""
+    return combined_hash(f"{name}:{file_hashes[name]}" for name in MODEL_FILES)
+
+
+def checkpoint_hash(folder: Path) -> str:
+    """The content hash of a checkpoint: its config and weights."""
+    return hash_of_model_files(model_file_hashes(folder))
 
 
 def remove_stale_temporaries(folder: Path) -> int:

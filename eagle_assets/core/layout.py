@@ -23,10 +23,16 @@ PER_DATASET_STAGES = STAGES[:4]
 # opens them collapsed; with a single group it shows every asset at once, in pipeline order.
 PIPELINE = "pipeline"
 
-# prompts
+# prompts: each row's split, from the hash of its problem key.
+TRAIN, VALIDATION, HELDOUT = "train", "validation", "heldout"
+SPLITS = (TRAIN, VALIDATION, HELDOUT)
 PROMPTS_FILE = "prompts.parquet"
 SKIPPED_FILE = "skipped.json"
 
+# reasoning_samples: which assistant turns are asked (``turns: last | all``), and the ``turn`` column
+# value of a ``turns: last`` row.
+TURN_MODES = ("last", "all")
+LAST_TURN_ONLY = -1
 # reasoning_samples: append-only shards, the quality classes of their rows, the turn mode and variants.
 SHARD_GLOB = "shard-*.parquet"
 QUALITY_FILE = "quality.parquet"
@@ -40,6 +46,9 @@ TOKENIZATION_FILE = "tokenization.json"
 # hidden_states: row -> file index, the manifest (backend, layers, dtype), content-named tensor files,
 # and a backend's own temporary files.
 INDEX_FILE = "index.parquet"
+# The storage dtypes of hidden-state files (the manifest's ``dtype``).
+BF16, FP8 = "bfloat16", "fp8"
+FEATURE_DTYPES = (BF16, FP8)
 MANIFEST_FILE = "manifest.json"
 TENSORS_DIR = "tensors"
 SCRATCH_DIR = "scratch"

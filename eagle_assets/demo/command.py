@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from eagle_assets.core.partitions import add_training_run
 from eagle_assets.demo.display import StageDisplay, display_logger, materialization_line
+from eagle_assets.lineage import LineageError, read_lineage, summary_lines
 from eagle_assets.orchestration.jobs import (
     DATASET,
     DRAFT,
@@ -22,8 +24,9 @@ from eagle_assets.orchestration.jobs import (
     stage_job_name,
     with_pipeline_jobs,
 )
-from eagle_assets.orchestration.partitions import add_training_run
 from eagle_assets.orchestration.recovery import configured_state_dir, in_process_runs
+from eagle_assets.plugin_manager import dataset_sources
+from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES
 from eagle_assets.tiny_verifier.embedded import DEFAULT_EMBEDDED
 
 # Demo-sized settings on top of the assets' own (production) defaults, for the assets the graph has.
@@ -98,8 +101,6 @@ def run_demo(
             f"unknown partition {partition!r}; the dataset sources are {', '.join(sorted(known))} "
             "(`eagle-assets plugins` lists them; a source's plugin must be installed or in $EAGLE_ASSETS_PLUGINS)"
         )
-    from eagle_assets.plugin_manager import dataset_sources
-
     evaluation_sets = [
         name
         for name, source in dataset_sources().items()
@@ -175,8 +176,6 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
     ``acceptance_length=<τ>`` (held-out, in-distribution),
     ``ood_acceptance_length=<τ>`` (the out-of-distribution set, when evaluated) and the lineage summary,
     from the training run's latest checkpoint and evaluation materializations (empty when it has neither)."""
-    from eagle_assets.lineage import LineageError, read_lineage, summary_lines
-
     checkpoint = _latest(instance, "eagle3_checkpoint", training_run)
     if checkpoint is None:
         return []
@@ -184,8 +183,6 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
     lines = [f"checkpoint={path}"]
     samples = instance.get_latest_materialization_event(dg.AssetKey("reasoning_samples"))
     if samples is not None and "quality/non_ok_share" in samples.asset_materialization.metadata:
-        from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES
-
         meta = samples.asset_materialization.metadata
         shares = ", ".join(
             f"{name} {meta[f'quality/{name}_share'].value:.1%}"

@@ -33,6 +33,8 @@ from eagle_assets.core.layout import (
     TRAINING_FILE,
     WORK_DIR,
 )
+from eagle_assets.core.partitions import training_runs
+from eagle_assets.eagle3_checkpoint import trainer
 from eagle_assets.eagle3_checkpoint.checks import (
     learned_check_result,
     loads_check_result,
@@ -46,7 +48,14 @@ from eagle_assets.eagle3_checkpoint.saved import (
 )
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
 from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, TrainingDataError, build_training_data
-from eagle_assets.orchestration.partitions import training_runs
+from eagle_assets.eagle3_checkpoint.verifier_folder import training_verifier
+from eagle_assets.eagle3_checkpoint.vocab import DraftVocabError, build_draft_vocab
+from eagle_assets.lineage import (
+    LINEAGE_DIGEST_KEY,
+    lineage_for_checkpoint,
+    lineage_metadata,
+    write_lineage,
+)
 from eagle_assets.resources import StorageRoot, Verifier
 
 # prompts: its current table says which rows are train and which validation (eagle_assets.prompts.splits).
@@ -190,10 +199,6 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         run's recipe is fixed by its first materialization (metadata `recipe`); the `lineage` metadata
         table lists the upstream data versions and runs it was trained from.
         """
-        from eagle_assets.eagle3_checkpoint import trainer
-        from eagle_assets.eagle3_checkpoint.verifier_folder import training_verifier
-        from eagle_assets.eagle3_checkpoint.vocab import DraftVocabError, build_draft_vocab
-
         started = time.monotonic()
         root = Path(storage.root)
         run_name = context.partition_key
@@ -266,13 +271,6 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             "run": {"folder": str(run.run_dir), "dagster_run_id": context.run.run_id},
             "metrics": summary,
         }
-        from eagle_assets.lineage import (
-            LINEAGE_DIGEST_KEY,
-            lineage_for_checkpoint,
-            lineage_metadata,
-            write_lineage,
-        )
-
         lineage = lineage_for_checkpoint(context, root, chosen, training=training, training_folder=data.path)
         folder, digest, lineage_sha256 = keep_checkpoint(
             run.best_dir,

@@ -19,25 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from eagle_assets.core.files import combined_hash, file_sha256, write_json
-from eagle_assets.core.layout import MODEL_FILES, TRAINING_STATE_FILES
+from eagle_assets.core.files import hash_of_model_files, model_file_hashes, write_json
+from eagle_assets.core.layout import TRAINING_STATE_FILES
+from eagle_assets.eagle3_checkpoint.simulated import draft_proposals, load_draft
 from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest
-
-
-def model_file_hashes(folder: Path) -> dict[str, str]:
-    """The sha256 of the checkpoint's config and weights, by file name."""
-    return {name: file_sha256(Path(folder) / name) for name in MODEL_FILES}
-
-
-def hash_of_model_files(file_hashes: Mapping[str, str]) -> str:
-    """The content hash of a checkpoint from its :func:`model_file_hashes` (the weights are large:
-    each check that needs their sha256 takes it from there instead of reading them again)."""
-    return combined_hash(f"{name}:{file_hashes[name]}" for name in MODEL_FILES)
-
-
-def checkpoint_hash(folder: Path) -> str:
-    """The content hash of a checkpoint: its config and weights."""
-    return hash_of_model_files(model_file_hashes(folder))
 
 
 def keep_checkpoint(
@@ -88,8 +73,6 @@ def speculators_load_problems(folder: Path, num_speculative_tokens: int = 3) -> 
     import torch
     from safetensors.torch import load_file
     from speculators.models.eagle3 import Eagle3DraftModel
-
-    from eagle_assets.eagle3_checkpoint.simulated import draft_proposals, load_draft
 
     try:
         model = load_draft(folder, device="cpu")

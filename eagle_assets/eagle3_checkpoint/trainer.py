@@ -22,7 +22,8 @@ from pathlib import Path
 from eagle_assets.core.child_process import die_with_parent
 from eagle_assets.core.files import combined_hash, write_json
 from eagle_assets.core.layout import TRAINER_DONE_FILE
-from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
+from eagle_assets.eagle3_checkpoint.settings import RESOLVED_FIELDS, TrainingSettings
+from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count
 from eagle_assets.eagle3_checkpoint.training_data import TrainingData
 from eagle_assets.eagle3_checkpoint.vocab import DraftVocab
@@ -245,9 +246,6 @@ def train(
 ) -> TrainingRun:
     """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder.
     ``settings`` must be complete (:func:`~eagle_assets.eagle3_checkpoint.settings.resolve_settings`)."""
-    from eagle_assets.eagle3_checkpoint.settings import RESOLVED_FIELDS
-    from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
-
     unset = [name for name in RESOLVED_FIELDS if getattr(settings, name) is None]
     if unset:
         raise ValueError(

@@ -30,11 +30,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from eagle_assets.core.files import combined_hash, write_parquet
-from eagle_assets.core.layout import INDEX_FILE, SEQUENCES_FILE
-from eagle_assets.prompts.splits import TRAIN, VALIDATION, read_current_splits
-from eagle_assets.token_sequences.build import read_rows, row_keys
+from eagle_assets.core.layout import INDEX_FILE, SEQUENCES_FILE, TRAIN, VALIDATION
+from eagle_assets.prompts.splits import read_current_splits
+from eagle_assets.token_sequences.build import row_keys
 
 COMPLETE_MARKER = ".complete"
 # safetensors' dtype names -> the manifest's storage dtypes (hidden_state_files.FEATURE_DTYPES).
@@ -118,12 +119,12 @@ def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, Featu
         current = read_current_splits(storage_root, partition)
     except FileNotFoundError as err:
         raise TrainingDataError(str(err)) from None
-    seqs = read_rows(seq_path, ["prompt_id", "turn", "input_ids", "loss_mask", "seq_len"])
+    seqs = pq.read_table(seq_path, columns=["prompt_id", "turn", "input_ids", "loss_mask", "seq_len"])
     labels = [current.get(pid, (None, None)) for pid in seqs["prompt_id"].to_pylist()]
     seqs = seqs.append_column("split", pa.array([split for split, _ in labels], pa.string()))
     seqs = seqs.append_column("group_id", pa.array([group for _, group in labels], pa.string()))
     seqs = seqs.filter(pc.is_in(seqs["split"], pa.array([TRAIN, VALIDATION])))
-    index = read_rows(index_path, ["prompt_id", "turn", "content_id", "file", "seq_len"])
+    index = pq.read_table(index_path, columns=["prompt_id", "turn", "content_id", "file", "seq_len"])
     # A left join by row key (Arrow's join cannot carry list columns): null where no hidden states.
     matched = index.take(pc.index_in(row_keys(seqs), value_set=row_keys(index)))
     joined = seqs

@@ -33,10 +33,11 @@ from eagle_assets.core.layout import (
     TRAINING_FILE,
     prompts_file,
 )
+from eagle_assets.core.partitions import training_runs
 from eagle_assets.eagle3_checkpoint import asset as checkpoint_asset
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
-from eagle_assets.orchestration.partitions import training_runs
+from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table, evaluate
 from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
@@ -186,8 +187,6 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         prompts left out because the checkpoint trained or validated on their problem); `acceptance` is
         the table of all sets, `checkpoint` the folder evaluated.
         """
-        from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table, evaluate
-
         run = context.partition_key
         checkpoint = chosen_checkpoint(context.instance, run, storage, config.checkpoint)
         root = Path(storage.root)

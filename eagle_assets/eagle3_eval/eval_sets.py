@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from eagle_assets.core.layout import EVAL_ROWS_FILE, TRAINING_FILE, prompts_file
-from eagle_assets.prompts.splits import HELDOUT
-from eagle_assets.reasoning_samples.engine import PromptRequest, Sampling
+from eagle_assets.core.layout import EVAL_ROWS_FILE, HELDOUT, TRAINING_FILE, prompts_file
+from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.variants import assign_variant, read_variants
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from eagle_assets.backends import ExtractionRequest
 from eagle_assets.eagle3_checkpoint.simulated import GreedySample, SimulatedAcceptance, load_draft, simulate
 from eagle_assets.eagle3_eval.served import (
     GREEDY,
@@ -18,7 +19,7 @@ from eagle_assets.eagle3_eval.served import (
     confirm_serves_checkpoint,
     run_greedy,
 )
-from eagle_assets.reasoning_samples.engine import PromptRequest
+from eagle_assets.reasoning_samples.requests import PromptRequest
 from eagle_assets.resources import Verifier, VLLMServer
 
 SPECULATIVE_FLAG = "--speculative-config"
@@ -199,8 +200,6 @@ def checkpoint_layer_ids(checkpoint: Path, verifier_path: Path) -> list[int]:
 
 def greedy_samples(rows: Sequence[dict], verifier: Verifier, layer_ids: list[int]) -> list[GreedySample]:
     """The verifier's hidden states for its own greedy sequences, through the verifier backend."""
-    from eagle_assets.backends import ExtractionRequest
-
     sequences = [(i, [*row["prompt_token_ids"], *row["token_ids"]]) for i, row in enumerate(rows)]
     states: dict[int, object] = {}
 

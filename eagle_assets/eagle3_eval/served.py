@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters, fetch_counters
-from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings, PromptRequest, Sampling
+from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings
 from eagle_assets.reasoning_samples.progress import Progress, report_every
+from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 
 GREEDY = dict(temperature=0.0, top_p=1.0)
 # vLLM 0.32 names the draft it serves only in its engine config at /server_info, which it serves with

@@ -19,9 +19,9 @@ from eagle_assets.capacity import asset_plan_metadata, feature_bytes_per_token, 
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.core.checks import check_result
 from eagle_assets.core.files import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
-from eagle_assets.core.layout import INDEX_FILE, MANIFEST_FILE, PIPELINE, SCRATCH_DIR, SEQUENCES_FILE, TENSORS_DIR
+from eagle_assets.core.layout import FP8, INDEX_FILE, MANIFEST_FILE, PIPELINE, SCRATCH_DIR, SEQUENCES_FILE, TENSORS_DIR
+from eagle_assets.core.tables import list_rows
 from eagle_assets.hidden_states.files import (
-    FP8,
     INDEX_SCHEMA,
     SCALES_KEY,
     SampleWriter,
@@ -32,7 +32,6 @@ from eagle_assets.hidden_states.files import (
 from eagle_assets.hidden_states.parallel import extract_on_devices
 from eagle_assets.prompts.splits import read_current_splits
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.token_sequences.build import list_rows, read_rows
 
 # Bump when the files this asset writes for the same input would change.
 CODE_VERSION = "hidden_states-3"
@@ -140,7 +139,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         source = storage.path("token_sequences", partition) / SEQUENCES_FILE
         if not source.exists():
             raise dg.Failure(description=f"{source} is missing: materialize token_sequences[{partition}] first")
-        rows = read_rows(source, ["prompt_id", "turn", "input_ids", "seq_len"])
+        rows = pq.read_table(source, columns=["prompt_id", "turn", "input_ids", "seq_len"])
         if config.splits:
             try:
                 current = read_current_splits(storage.root, partition)
@@ -278,10 +277,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     def files_match_rows(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
         partition = context.partition_key
         folder = storage.path("hidden_states", partition)
-        index = read_rows(folder / INDEX_FILE, INDEX_SCHEMA.names).to_pylist()
+        index = pq.read_table(folder / INDEX_FILE, columns=INDEX_SCHEMA.names).to_pylist()
         dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
-        rows = read_rows(
-            storage.path("token_sequences", partition) / SEQUENCES_FILE, ["prompt_id", "turn", "input_ids"]
+        rows = pq.read_table(
+            storage.path("token_sequences", partition) / SEQUENCES_FILE, columns=["prompt_id", "turn", "input_ids"]
         )
         tokens = dict(zip(zip(rows["prompt_id"].to_pylist(), rows["turn"].to_pylist()), list_rows(rows["input_ids"])))
         problems, checked = [], min(CHECK_SAMPLE, len(index))

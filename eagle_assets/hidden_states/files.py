@@ -25,10 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from eagle_assets.core.files import atomic_path, combined_hash
-from eagle_assets.core.layout import TENSORS_DIR
+from eagle_assets.core.layout import BF16, FEATURE_DTYPES, FP8, TENSORS_DIR
 
-BF16, FP8 = "bfloat16", "fp8"
-FEATURE_DTYPES = (BF16, FP8)
 # speculators' training config ``data.hidden_states_backend`` (hs-connectors' backend registry)
 # that reads each storage dtype from the same folder layout; "fp8" dequantizes to bf16 on load.
 TRAINER_BACKENDS = {BF16: "file", FP8: "fp8"}

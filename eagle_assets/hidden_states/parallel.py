@@ -26,7 +26,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -37,53 +36,15 @@ from eagle_assets.backends import ExtractionRequest, VerifierBackend
 from eagle_assets.core.child_process import die_with_parent, exit_when_orphaned
 from eagle_assets.hidden_states.files import SampleWriter, WrittenSample
 
-AUTO = "auto"
 # Workers report progress at most this often (the asset logs every few seconds anyway).
 PROGRESS_EVERY_S = 1.0
 # How long to wait for the last messages of a worker that has already exited.
 DRAIN_S = 5.0
 STOP_TIMEOUT_S = 30.0
-_CUDA = re.compile(r"cuda:(\d+)")
 
 
 class ExtractionWorkerFailed(RuntimeError):
     """A worker process failed; the message names its device and holds its traceback."""
-
-
-def resolve_devices(
-    devices: Sequence[str], device: str, backend: VerifierBackend, cuda_count: int | None = None
-) -> list[str]:
-    """The device of each extraction worker.
-
-    ``[]`` or ``["auto"]``: one worker per visible CUDA GPU when ``device`` allows any GPU
-    (``auto``/``cuda``), there are several and the backend is data parallel; otherwise one
-    in-process extraction on ``device``. An explicit list (``["cuda:0", "cuda:1"]``, ``["cpu", "cpu"]``)
-    is taken as given after validation.
-    """
-    if cuda_count is None:
-        import torch
-
-        cuda_count = torch.cuda.device_count()
-    devices = list(devices)
-    if devices in ([], [AUTO]):
-        if backend.data_parallel and device in (AUTO, "cuda") and cuda_count > 1:
-            return [f"cuda:{i}" for i in range(cuda_count)]
-        return [device]
-    problems = []
-    for entry in devices:
-        match = _CUDA.fullmatch(entry)
-        if entry != "cpu" and not match and not (entry == "cuda" and len(devices) == 1):
-            problems.append(f"{entry!r} is not a device: use 'cpu' or 'cuda:N' (or ['auto'] alone)")
-        elif match and int(match.group(1)) >= cuda_count:
-            problems.append(f"{entry!r} is not visible: this host shows {cuda_count} CUDA device(s)")
-    if len(devices) > 1 and not backend.data_parallel:
-        problems.append(
-            f"backend {backend.name!r} cannot run one worker per device (it spreads one verifier over the "
-            "GPUs itself, or extracts through a server): set verifier.devices to [] or one device"
-        )
-    if problems:
-        raise ValueError(f"verifier.devices {devices}: " + "; ".join(problems))
-    return devices
 
 
 def shard_sequences(sequences: Sequence[tuple], workers: int) -> list[list[tuple]]:

@@ -28,7 +28,7 @@ from typing import Any
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.core.files import combined_hash, file_sha256, write_json
+from eagle_assets.core.files import combined_hash, file_sha256, hash_of_model_files, model_file_hashes, write_json
 from eagle_assets.core.layout import (
     EAGLE3_CHECKPOINT,
     INDEX_FILE,
@@ -41,6 +41,8 @@ from eagle_assets.core.layout import (
     TRAINING_DATA,
     TRAINING_LINKS,
 )
+from eagle_assets.plugin_manager import dataset_source_registrations
+from eagle_assets.reasoning_samples.store import load_samples, turn_mode
 
 # The checkpoint materialization's metadata key holding the same sha256.
 LINEAGE_DIGEST_KEY = "lineage_sha256"
@@ -244,8 +246,6 @@ def _distinct(values: Iterable) -> list:
 
 def _generation_facts(root: Path, partition: str, meta: dict) -> dict:
     """Server, model and sampling as recorded on the samples themselves (one value unless mixed)."""
-    from eagle_assets.reasoning_samples.store import load_samples, turn_mode
-
     folder = root / "reasoning_samples" / partition
     facts: dict[str, Any] = {}
     if folder.is_dir():
@@ -267,8 +267,6 @@ def _generation_facts(root: Path, partition: str, meta: dict) -> dict:
 
 
 def _source_facts(partition: str, meta: dict) -> dict:
-    from eagle_assets.plugin_manager import dataset_source_registrations
-
     registered = dataset_source_registrations().get(partition)
     source, plugin = registered if registered else (None, None)
     return {
@@ -400,8 +398,6 @@ def write_lineage(
     its content hash, then ``lineage.sha256`` beside it; returns that sha256. ``model_hashes``: the
     sha256 of the model files where the caller has them already (``keep_checkpoint`` hashed what it
     copied), so the weights are not read again."""
-    from eagle_assets.eagle3_checkpoint.saved import hash_of_model_files
-
     folder = Path(checkpoint_dir)
     known = dict(model_hashes or {})
     own = []
@@ -608,8 +604,6 @@ def recorded_digest(
 def _model_file_hashes(folder: Path) -> dict[str, str] | None:
     """The checkpoint's config and weights sha256 (every check that needs them shares one reading),
     None when a file of them is gone."""
-    from eagle_assets.eagle3_checkpoint.saved import model_file_hashes
-
     try:
         return model_file_hashes(folder)
     except OSError:
@@ -727,8 +721,6 @@ def verify_lineage(
     folder = Path(checkpoint_dir)
     if not (folder / LINEAGE_FILE).is_file():
         read_lineage(folder)  # raises the clear "not a checkpoint folder" error
-    from eagle_assets.eagle3_checkpoint.saved import hash_of_model_files
-
     notes: list[str] = []
     model_hashes = _model_file_hashes(folder)
     content_hash = hash_of_model_files(model_hashes) if model_hashes is not None else None

@@ -34,13 +34,15 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 
+from eagle_assets.capacity.plan import human_bytes
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT as CHECKPOINTS
 from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
 from eagle_assets.core.layout import INDEX_FILE, LINEAGE_FILE, PER_DATASET_STAGES, TRAINING_FILE, WORK_DIR
 from eagle_assets.core.layout import TENSORS_DIR as TENSORS
+from eagle_assets.core.partitions import TRAINING_RUNS
+from eagle_assets.core.shards import shard_paths
 from eagle_assets.eagle3_checkpoint.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
 from eagle_assets.lineage import _read_json, latest_materialization
-from eagle_assets.orchestration.partitions import TRAINING_RUNS
 
 ACTIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -180,8 +182,6 @@ def _protect_checkpoint(folder: Path, root: Path, protected: _Protected) -> None
 
 def _superseded_shards(folder: Path) -> list[Path]:
     """Shards none of whose rows is a prompt's latest (each prompt's row in a later shard wins)."""
-    from eagle_assets.reasoning_samples.store import shard_paths
-
     shards = shard_paths(folder)
     latest: dict[str, int] = {}
     for i, shard in enumerate(shards):
@@ -296,8 +296,6 @@ def collect_garbage(collection: Collection, instance: dg.DagsterInstance) -> int
 def report_lines(collection: Collection, verbose: bool = False) -> list[str]:
     """The kept and removable checkpoints, then the garbage: checkpoints, folders and shards one per
     line, hidden-state files and temporaries grouped by folder unless ``verbose``."""
-    from eagle_assets.capacity.plan import human_bytes
-
     root = collection.root
     lines = [f"storage root {root}"]
     for folder in collection.kept_checkpoints:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from eagle_assets.orchestration.partitions import TRAINING_RUNS
+from eagle_assets.core.partitions import TRAINING_RUNS
 
 DATASET, DRAFT = "dataset", "draft"
 

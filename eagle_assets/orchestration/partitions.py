@@ -1,38 +1,12 @@
-"""Partitions: one static partition per registered dataset source (the per-dataset assets), and the
-named training runs (a dynamic partition) that key ``eagle3_checkpoint`` and ``eagle3_eval``."""
+"""The per-dataset partitions: one static partition per registered dataset source."""
 
 from __future__ import annotations
-
-import re
 
 import dagster as dg
 
 from eagle_assets.plugin_manager import dataset_sources
 
-TRAINING_RUNS = "training_runs"
-# Dagster keeps any string, but a run name is also a CLI argument and part of metadata keys and file names.
-_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
 
 def source_partitions() -> dg.StaticPartitionsDefinition:
     """Built from the plugin registry each time the code location loads."""
     return dg.StaticPartitionsDefinition(list(dataset_sources()))
-
-
-def training_runs() -> dg.DynamicPartitionsDefinition:
-    """Named training runs (``demo``, ``kimi-k25-v1``, ...): added from the UI's launchpad or with
-    ``eagle-assets add-training-run``; each keeps its own checkpoints, evaluations and history."""
-    return dg.DynamicPartitionsDefinition(name=TRAINING_RUNS)
-
-
-def add_training_run(instance: dg.DagsterInstance, name: str) -> bool:
-    """Register the training run ``name`` in ``instance``; False when it existed already."""
-    if not _RUN_NAME.fullmatch(name):
-        raise ValueError(
-            f"training run name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
-            "letter or digit (e.g. demo, kimi-k25-v1)"
-        )
-    if instance.has_dynamic_partition(TRAINING_RUNS, name):
-        return False
-    instance.add_dynamic_partitions(TRAINING_RUNS, [name])
-    return True

@@ -9,21 +9,19 @@ from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.core.checks import check_result
-from eagle_assets.core.files import combined_hash, write_json, write_parquet
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SKIPPED_FILE
+from eagle_assets.core.files import write_json, write_parquet
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SKIPPED_FILE, SPLITS
+from eagle_assets.core.tables import table_version
 from eagle_assets.plugin_manager import dataset_source, load_errors
 from eagle_assets.prompts.collection import Collection, collect
 from eagle_assets.prompts.records import PROMPTS_SCHEMA, SKIP_REASONS
-from eagle_assets.prompts.splits import (
-    DEFAULT_HELDOUT_FRACTION,
-    DEFAULT_VALIDATION_FRACTION,
-    SPLITS,
-    SplitRule,
-)
+from eagle_assets.prompts.splits import DEFAULT_HELDOUT_FRACTION, DEFAULT_VALIDATION_FRACTION, SplitRule
 from eagle_assets.resources import StorageRoot
 from eagle_assets.sources import SourceUnavailable
 
 # Bump when the rows this asset writes for the same input would change.
+# What downstream depends on: ids, messages (through the id), references, splits, metadata.
+VERSIONED_COLUMNS = ("prompt_id", "reference", "split", "group_id", "metadata")
 CODE_VERSION = "prompts-2"
 EXAMPLES_SHOWN = 20
 
@@ -54,12 +52,6 @@ class PromptsConfig(dg.Config):
         description="Where the partition's source reads from: a file, folder or glob (local sources) or a "
         "Hugging Face dataset id; empty = the source's default.",
     )
-
-
-def _content_hash(table: pa.Table) -> str:
-    """What downstream depends on: ids, messages (via the id), references, splits, metadata."""
-    cols = [table.column(c).to_pylist() for c in ("prompt_id", "reference", "split", "group_id", "metadata")]
-    return combined_hash("\x1f".join(str(v) for v in row) for row in zip(*cols))[:16]
 
 
 def _unknown_source_failure(name: str, exc: KeyError) -> dg.Failure:
@@ -203,7 +195,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 **_metadata(found, table, path, version, location, rule),
                 **asset_plan_metadata(storage.root, [name], "prompts"),
             },
-            data_version=dg.DataVersion(_content_hash(table)),
+            data_version=dg.DataVersion(table_version(table, VERSIONED_COLUMNS)),
             check_results=check_results(found, table.num_rows),
         )
 

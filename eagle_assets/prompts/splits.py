@@ -29,10 +29,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from eagle_assets.core.layout import prompts_file
+from eagle_assets.core.layout import HELDOUT, TRAIN, VALIDATION, prompts_file
 
-TRAIN, VALIDATION, HELDOUT = "train", "validation", "heldout"
-SPLITS = (TRAIN, VALIDATION, HELDOUT)
 DEFAULT_VALIDATION_FRACTION = 0.1
 DEFAULT_HELDOUT_FRACTION = 0.1
 

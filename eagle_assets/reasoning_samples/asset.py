@@ -15,13 +15,14 @@ from pydantic import Field, field_validator
 
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE
-from eagle_assets.prompts.splits import SPLITS
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SPLITS
+from eagle_assets.core.tables import table_version
 from eagle_assets.reasoning_samples.capture import capture
-from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling, ServerUnavailable
+from eagle_assets.reasoning_samples.engine import ClientSettings, ServerUnavailable
 from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
+from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.store import (
-    content_hash,
+    VERSIONED_COLUMNS,
     done_prompt_ids,
     done_turns,
     load_samples,
@@ -427,7 +428,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             context.log.warning(message)
         return dg.MaterializeResult(
             metadata=meta,
-            data_version=dg.DataVersion(content_hash(samples)),
+            data_version=dg.DataVersion(table_version(samples, VERSIONED_COLUMNS)),
             check_results=[
                 error_rate_check_result(meta, config.max_error_rate, _error_examples(samples, shown=5)),
                 truncation_check_result(meta, config.max_truncation_rate, config.max_tokens),

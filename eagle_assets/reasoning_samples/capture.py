@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings, PromptRequest, Sampling
+from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings
 from eagle_assets.reasoning_samples.progress import Progress, report_every
+from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.sdk_http import httpx
 from eagle_assets.reasoning_samples.store import ShardWriter
 from eagle_assets.reasoning_samples.turns import Conversation

@@ -10,65 +10,24 @@ early stop when the server is clearly gone (so a dead server does not burn every
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from eagle_assets.reasoning_samples.chat_http import ChatPoster, HTTPStatusError, NoAnswer
 from eagle_assets.reasoning_samples.parsing import THINK_CLOSE, THINK_OPEN, MalformedResponse, parse_completion
 from eagle_assets.reasoning_samples.progress import Progress
 from eagle_assets.reasoning_samples.quality import ThinkMarkers
+from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.sdk_http import httpx
-from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, Answer, Conversation, turn_context
+from eagle_assets.reasoning_samples.turns import Answer, Conversation, turn_context
 
 ERROR_TEXT_LIMIT = 2000
 
 
 class ServerUnavailable(RuntimeError):
     """No usable vLLM server behind the base URLs (unreachable, or died mid-run)."""
-
-
-@dataclass(frozen=True)
-class PromptRequest:
-    prompt_id: str
-    messages: list[dict]
-    split: str | None = None
-    sampling: Sampling | None = None  # this prompt's own (its sampling variant); None: the engine's
-    turn: int = LAST_TURN_ONLY  # which assistant turn of the conversation this asks for (see .turns)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling parameters sent with every request (and stored with every row)."""
-
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_tokens: int = 8192
-    seed: int | None = None
-    chat_template_kwargs: dict = field(default_factory=dict)
-    variant: str | None = None  # the sampling variant's name (eagle_assets.reasoning_samples.variants), if any
-
-    def as_json(self) -> str:
-        settings = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_tokens": self.max_tokens,
-            "seed": self.seed,
-            "chat_template_kwargs": self.chat_template_kwargs,
-        }
-        if self.variant is not None:  # rows captured without variants keep their JSON unchanged
-            settings["variant"] = self.variant
-        return json.dumps(settings, sort_keys=True)
-
-    def request_seed(self, prompt_id: str, turn: int = LAST_TURN_ONLY) -> int | None:
-        """A per-prompt (per-turn) seed, so a sample does not depend on which other prompts shared the run."""
-        if self.seed is None:
-            return None
-        key = prompt_id if turn == LAST_TURN_ONLY else f"{prompt_id}:{turn}"
-        digest = hashlib.sha256(f"{self.seed}:{key}".encode()).digest()
-        return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 @dataclass(frozen=True)

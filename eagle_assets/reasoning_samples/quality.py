@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.lib.stride_tricks import sliding_window_view
 
-from eagle_assets.token_sequences.build import list_rows
+from eagle_assets.core.tables import list_rows
 
 QUALITY_CLASSES = (
     "error",

@@ -31,19 +31,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.core.files import (
-    combined_hash,
-    list_column_parts,
-    remove_stale_temporaries,
-    write_json,
-    write_parquet,
-)
-from eagle_assets.core.layout import QUALITY_FILE, SHARD_GLOB, TURNS_FILE
+from eagle_assets.core.files import remove_stale_temporaries, write_json, write_parquet
+from eagle_assets.core.layout import LAST_TURN_ONLY, QUALITY_FILE, TURN_MODES, TURNS_FILE
+from eagle_assets.core.shards import latest_rows, shard_paths
 from eagle_assets.reasoning_samples.quality import QualityRules, classify_samples
-from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, TURN_MODES, Answer
+from eagle_assets.reasoning_samples.turns import Answer
 
 _RULES_KEY = b"quality_rules"
 
+# What downstream stages read: ids, status, texts, the exact token ids and the quality classes.
+VERSIONED_COLUMNS = (
+    "prompt_id",
+    "turn",
+    "status",
+    "finish_reason",
+    "reasoning",
+    "content",
+    "quality",
+    "loop_start",
+    "prompt_token_ids",
+    "token_ids",
+)
 SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
@@ -71,11 +79,6 @@ SCHEMA = pa.schema(
 )
 
 
-def shard_paths(folder: Path) -> list[Path]:
-    """Every complete shard, oldest first."""
-    return sorted(Path(folder).glob(SHARD_GLOB))
-
-
 def write_turn_mode(folder: Path, turns: str) -> None:
     """Record which rows of ``folder`` readers see from now on (``turns`` of the materialization)."""
     if turns not in TURN_MODES:
@@ -85,7 +88,7 @@ def write_turn_mode(folder: Path, turns: str) -> None:
 
 
 def turn_mode(folder: Path) -> str:
-    """The turn mode of ``folder``'s latest materialization; ``last`` for folders from before turns."""
+    """The turn mode of ``folder``'s latest materialization (``last`` before its first one)."""
     path = Path(folder) / TURNS_FILE
     return json.loads(path.read_text())["turns"] if path.exists() else "last"
 
@@ -103,18 +106,9 @@ def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
     if not tables:
         return schema.empty_table()
     rows = pa.concat_tables(tables, promote_options="default")
-    # A row without a turn is from before turns existed: a `turns: last` row.
-    rows = rows.set_column(rows.schema.get_field_index("turn"), "turn", pc.fill_null(rows["turn"], LAST_TURN_ONLY))
     last_only = pc.equal(rows["turn"], LAST_TURN_ONLY)
     rows = rows.filter(last_only if turn_mode(folder) == "last" else pc.invert(last_only))
-    order = pa.array(range(rows.num_rows), pa.int64())
-    latest = (
-        pa.table({"prompt_id": rows["prompt_id"], "turn": rows["turn"], "_order": order})
-        .group_by(["prompt_id", "turn"], use_threads=False)
-        .aggregate([("_order", "max")])
-    )
-    picked = rows.take(latest["_order_max"])
-    return picked.take(pc.sort_indices(picked, [("prompt_id", "ascending"), ("turn", "ascending")]))
+    return latest_rows(rows, keys)
 
 
 def _read_shard(path: Path, schema: pa.Schema) -> pa.Table:
@@ -186,20 +180,6 @@ def done_turns(folder: Path) -> dict[tuple[str, int], Answer]:
             ok["prompt_id"].to_pylist(), ok["turn"].to_pylist(), ok["content"].to_pylist(), ok["reasoning"].to_pylist()
         )
     }
-
-
-def content_hash(samples: pa.Table) -> str:
-    """A hash of what downstream assets read: ids, status, texts, the exact token ids and (where
-    ``samples`` carries them) the quality classes."""
-    parts: list[bytes | str] = []
-    names = ["prompt_id", "status", "finish_reason", "reasoning", "content", "quality", "loop_start"]
-    if "turn" in samples.column_names and pc.any(pc.not_equal(samples["turn"], LAST_TURN_ONLY)).as_py():
-        names.append("turn")  # per-turn rows only: `turns: last` data keeps the version it had before turns
-    for name in (n for n in names if n in samples.column_names):
-        parts.append("\x1f".join(repr(v) for v in samples[name].to_pylist()))
-    for name in ("prompt_token_ids", "token_ids"):
-        parts += list_column_parts(samples[name])
-    return combined_hash(parts)[:16]
 
 
 class ShardWriter:

@@ -20,14 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # engine imports this module
-    from eagle_assets.reasoning_samples.engine import Sampling
-
-# ``turn`` of a ``turns: last`` row (and of rows stored before turns existed).
-LAST_TURN_ONLY = -1
-TURN_MODES = ("last", "all")
+from eagle_assets.reasoning_samples.requests import Sampling
 
 
 @dataclass(frozen=True)

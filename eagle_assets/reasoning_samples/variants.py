@@ -18,7 +18,7 @@ from pathlib import Path
 
 from eagle_assets.core.files import write_json
 from eagle_assets.core.layout import VARIANTS_FILE
-from eagle_assets.reasoning_samples.engine import Sampling
+from eagle_assets.reasoning_samples.requests import Sampling
 
 SHARE_TOLERANCE = 1e-6
 

@@ -8,33 +8,3 @@ tokenizer trained on the task text, a chat template with ``<think>``/``</think>`
 few hundred CPU steps on step-by-step arithmetic (plus short fixed-style replies to any other prompt),
 so that it really writes thinking, ``</think>``, an answer and ``<|im_end|>``.
 """
-
-from eagle_assets.tiny_verifier.build import build_tiny_verifier
-from eagle_assets.tiny_verifier.cache import (
-    cached_embedded_verifier,
-    cached_tiny_kimi,
-    cached_tiny_verifier,
-    default_cache_dir,
-)
-from eagle_assets.tiny_verifier.recipe import (
-    DEFAULT_KIMI_RECIPE,
-    DEFAULT_RECIPE,
-    RECIPES,
-    TinyKimiRecipe,
-    TinyVerifierRecipe,
-    recipe_hash,
-)
-
-__all__ = [
-    "DEFAULT_KIMI_RECIPE",
-    "DEFAULT_RECIPE",
-    "RECIPES",
-    "TinyKimiRecipe",
-    "TinyVerifierRecipe",
-    "build_tiny_verifier",
-    "cached_embedded_verifier",
-    "cached_tiny_kimi",
-    "cached_tiny_verifier",
-    "default_cache_dir",
-    "recipe_hash",
-]

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_assets.tiny_verifier.cache import cached_embedded_verifier
+
 DEFAULT_EMBEDDED = "tiny-qwen3"
 
 
@@ -23,8 +25,6 @@ class EmbeddedVerifier:
     serve_args: tuple[str, ...] = ()
 
     def path(self) -> Path:
-        from eagle_assets.tiny_verifier import cached_embedded_verifier
-
         return cached_embedded_verifier(self.name)
 
 
@@ -46,15 +46,3 @@ def embedded_verifier(name: str) -> EmbeddedVerifier:
     if name not in EMBEDDED_VERIFIERS:
         raise ValueError(f"unknown embedded verifier {name!r}: choose one of {', '.join(EMBEDDED_VERIFIERS)}")
     return EMBEDDED_VERIFIERS[name]
-
-
-def embedded_resources(name: str, **server_settings) -> dict:
-    """The ``verifier`` and ``vllm_server`` resources for the embedded verifier ``name``: the same model,
-    its backend and its reasoning parser (``server_settings`` are further VLLMServer fields, e.g. port)."""
-    from eagle_assets.resources import Verifier, VLLMServer
-
-    preset = embedded_verifier(name)
-    return {
-        "verifier": Verifier(embedded=name, backend=preset.backend),
-        "vllm_server": VLLMServer(embedded=name, reasoning_parser=preset.reasoning_parser, **server_settings),
-    }

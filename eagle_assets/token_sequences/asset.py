@@ -13,16 +13,17 @@ from pydantic import Field
 from eagle_assets.capacity import asset_plan_metadata
 from eagle_assets.core.checks import check_result
 from eagle_assets.core.files import write_json, write_parquet
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SEQUENCES_FILE, TOKENIZATION_FILE
-from eagle_assets.prompts.splits import SPLITS, read_current_splits
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SEQUENCES_FILE, SPLITS, TOKENIZATION_FILE
+from eagle_assets.core.tables import table_version
+from eagle_assets.prompts.splits import read_current_splits
 from eagle_assets.reasoning_samples.quality import count_classes
 from eagle_assets.reasoning_samples.store import load_classified, load_samples
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.token_sequences.build import (
+    VERSIONED_COLUMNS,
     DriftReport,
     Policy,
     build_rows,
-    content_hash,
     measure_drift,
     template_hash,
 )
@@ -162,7 +163,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         folder = storage.path("token_sequences", partition)
         path = write_parquet(table, folder / SEQUENCES_FILE)
         drift = measure_drift(samples, messages, render, config.drift_sample_size)
-        version = content_hash(table)
+        version = table_version(table, VERSIONED_COLUMNS)
         write_json(
             {
                 "policy": config.model_dump(),

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from eagle_assets.core.files import combined_hash, list_column_parts
-from eagle_assets.reasoning_samples.turns import LAST_TURN_ONLY, Answer, turn_context
+from eagle_assets.core.layout import LAST_TURN_ONLY
+from eagle_assets.core.tables import list_rows
+from eagle_assets.reasoning_samples.turns import Answer, turn_context
 
+# What hidden states and training read (splits come from the current prompts table, not from here).
+VERSIONED_COLUMNS = ("prompt_id", "turn", "input_ids", "loss_mask")
 SEQUENCES_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
@@ -59,15 +61,6 @@ class Policy:
     # Quality class -> "keep" | "drop" | "cut" (cut: the completion ends where its loop starts); a class
     # not named here, and samples without classes, are kept.
     quality: Mapping[str, str] = field(default_factory=dict)
-
-
-def list_rows(column) -> list:
-    """Per-row numpy views of a list<int> column, None for nulls. Python lists of ints would not fit
-    in memory at scale (100K samples x 8K tokens = 800M ints)."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets, values = arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False)
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    return [values[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(arr))]
 
 
 @dataclass
@@ -113,16 +106,6 @@ class Built:
             },
             schema=SEQUENCES_SCHEMA,
         )
-
-
-def read_rows(path, columns: list[str]) -> pa.Table:
-    """``columns`` of a sequences (or hidden-state index) file, with ``turn`` :data:`LAST_TURN_ONLY` in files
-    written before rows had turns."""
-    present = set(pq.read_schema(path).names)
-    table = pq.read_table(path, columns=[c for c in columns if c in present])
-    if "turn" in columns and "turn" not in present:
-        table = table.append_column("turn", pa.array([LAST_TURN_ONLY] * table.num_rows, pa.int32()))
-    return table.select(columns)
 
 
 def row_keys(table: pa.Table) -> pa.Array:
@@ -217,18 +200,6 @@ def build_rows(
             out.cut_to_max_length += 1
         out.add(prompt_id, turns[i], prompt_ids, completion_ids, origin)
     return out
-
-
-def content_hash(table: pa.Table) -> str:
-    """Ids and the exact token and mask values: what hidden states and training read (splits are read
-    from the current prompts table by each stage, not from here)."""
-    parts: list[bytes | str] = ["\x1f".join(table["prompt_id"].to_pylist())]
-    turns = table["turn"] if "turn" in table.column_names else None
-    if turns is not None and pc.any(pc.not_equal(turns, LAST_TURN_ONLY)).as_py():
-        parts.append(repr(turns.to_pylist()))  # per-turn rows only: `last` rows keep their earlier hash
-    for name in ("input_ids", "loss_mask"):
-        parts += list_column_parts(table[name])
-    return combined_hash(parts)[:16]
 
 
 def template_hash(tokenizer) -> str:

@@ -143,6 +143,7 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     import torch
     from speculators.train import cli, dataloader, trainer
 
+    # These import torch and speculators themselves: the module loads light for `--help` and argument errors.
     from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
         DeviceBatches,
