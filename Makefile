@@ -28,7 +28,12 @@ $(STAMP): pyproject.toml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/eagle-assets demo --verifier $(VERIFIER)
 
+# Code health first (seconds), then the suite.
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/lint_imports.py
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(CURDIR)/.site
 	$(BIN)/pytest -q
 
 ui: install $(DAGSTER_HOME)/dagster.yaml

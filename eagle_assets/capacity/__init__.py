@@ -1,16 +1,14 @@
 """Capacity planning: disk bytes and GPU-hours per pipeline stage, from a verifier shape and token counts."""
 
+from eagle_assets.capacity.measure import TokenStats, assumed_token_stats, measure_token_stats
 from eagle_assets.capacity.plan import (
     BF16,
     FP8,
     CapacityPlan,
-    TokenStats,
     asset_plan_metadata,
-    assumed_token_stats,
     build_plan,
     feature_bytes,
     feature_bytes_per_token,
-    measure_token_stats,
     plan_lines,
     stage_metadata,
 )

@@ -6,14 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from eagle_assets.capacity.plan import (
-    CapacityPlan,
-    TokenStats,
-    assumed_token_stats,
-    build_plan,
-    measure_token_stats,
-    plan_lines,
-)
+from eagle_assets.capacity.measure import TokenStats, assumed_token_stats, measure_token_stats
+from eagle_assets.capacity.plan import CapacityPlan, build_plan, plan_lines
 from eagle_assets.capacity.shapes import load_shape
 from eagle_assets.capacity.throughput import Rate
 from eagle_assets.resources.storage import default_root

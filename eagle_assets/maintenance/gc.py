@@ -34,15 +34,21 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.capacity.plan import human_bytes
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT as CHECKPOINTS
 from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
-from eagle_assets.core.layout import INDEX_FILE, LINEAGE_FILE, PER_DATASET_STAGES, TRAINING_FILE, WORK_DIR
+from eagle_assets.core.layout import INDEX_FILE, PER_DATASET_STAGES, WORK_DIR
 from eagle_assets.core.layout import TENSORS_DIR as TENSORS
-from eagle_assets.core.partitions import TRAINING_RUNS
 from eagle_assets.core.shards import shard_paths
+from eagle_assets.core.units import human_bytes
 from eagle_assets.eagle3_checkpoint.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
-from eagle_assets.lineage import _read_json, latest_materialization
+from eagle_assets.lineage.collect import latest_materialization
+from eagle_assets.maintenance.references import (
+    Protected,
+    checkpoint_folders,
+    current_folders,
+    protect_checkpoint,
+    relative_to_root,
+)
 
 ACTIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -83,101 +89,6 @@ def _size(path: Path) -> int:
     if not path.is_dir() or path.is_symlink():
         return path.lstat().st_size
     return sum((Path(d) / f).lstat().st_size for d, _, files in os.walk(path) for f in files)
-
-
-class _Protected:
-    """Paths relative to the storage root that must stay, and the folders kept whole."""
-
-    def __init__(self) -> None:
-        self.files: set[str] = set()
-        self.folders: set[str] = set()
-
-    def add(self, rel: str, folder: bool = False) -> None:
-        (self.folders if folder else self.files).add(rel.strip("/"))
-
-    def covers(self, rel: str) -> bool:
-        """``rel`` is protected itself, lies in a protected folder, or (a folder) holds something protected."""
-        if rel in self.files or rel in self.folders:
-            return True
-        parts = rel.split("/")
-        if any("/".join(parts[:i]) in self.folders for i in range(1, len(parts))):
-            return True
-        prefix = rel + "/"
-        return any(p.startswith(prefix) for p in (*self.folders, *self.files))
-
-
-def _relative(path: str | Path, root: Path, recorded_root: Path | None = None) -> str | None:
-    """``path`` relative to ``root`` (or to the root a checkpoint recorded, for a moved data folder);
-    None when it lies elsewhere."""
-    path = Path(path)
-    if not path.is_absolute():
-        return path.as_posix()
-    for base in (b for b in (root, recorded_root) if b is not None):
-        for p, b in ((path, base), (path.resolve(), base.resolve())):
-            try:
-                return p.relative_to(b).as_posix()
-            except ValueError:
-                continue
-    return None
-
-
-def checkpoint_folders(root: Path) -> list[Path]:
-    """Checkpoint folders, newest first (by the lineage record's creation time, then modification time)."""
-    folder = root / CHECKPOINTS
-    found = (
-        [
-            p
-            for p in folder.iterdir()
-            if p.is_dir() and not p.name.startswith((".", "_")) and (p / LINEAGE_FILE).is_file()
-        ]
-        if folder.is_dir()
-        else []
-    )
-
-    def age(p: Path) -> tuple:
-        return (_read_json(p / LINEAGE_FILE).get("created_at", ""), (p / LINEAGE_FILE).stat().st_mtime)
-
-    return sorted(found, key=age, reverse=True)
-
-
-def _current_folders(instance: dg.DagsterInstance, asset: str, root: Path, key: str = "path") -> list[Path]:
-    """The folders of ``asset``'s latest materialization of each training run (from its ``key`` metadata)
-    under ``root``; the latest of all too (one made before the asset was partitioned by run)."""
-    folders = []
-    for run in [*instance.get_dynamic_partitions(TRAINING_RUNS), None]:
-        path = ((latest_materialization(instance, asset, run) or {}).get("metadata", {})).get(key)
-        if path and _relative(path, root) is not None:
-            folder = Path(path) if Path(path).is_dir() else Path(path).parent
-            if folder not in folders:
-                folders.append(folder)
-    return folders
-
-
-def _protect_checkpoint(folder: Path, root: Path, protected: _Protected) -> None:
-    """Everything ``lineage verify`` checks for this checkpoint, and the folders it was trained from."""
-    protected.add(folder.relative_to(root).as_posix(), folder=True)
-    lineage = _read_json(folder / LINEAGE_FILE)
-    recorded = Path(lineage["storage_root"]) if lineage.get("storage_root") else None
-    for artifact in lineage.get("artifacts", []):
-        is_folder = "links" in artifact  # the training folder's links: one entry for the whole folder
-        protected.add(artifact["path"], folder=is_folder)
-    # The verifier speculators loads with the checkpoint, its path verbatim: a nested verifier's resolved
-    # folder under _work (an absolute path; a relative one is a hub id).
-    verifier = _read_json(folder / "config.json").get("speculators_config", {}).get("verifier", {}).get("name_or_path")
-    rel = _relative(verifier, root, recorded) if verifier and Path(verifier).is_absolute() else None
-    if rel is not None:
-        protected.add(rel, folder=True)
-    training = _read_json(folder / TRAINING_FILE)
-    for where in (training.get("data", {}).get("folder"), training.get("run", {}).get("folder")):
-        rel = _relative(where, root, recorded) if where else None
-        if rel is None:
-            continue
-        protected.add(rel, folder=True)
-        links = root / rel / "hidden_states"
-        for link in links.iterdir() if links.is_dir() else ():
-            target = _relative(os.path.normpath(link.parent / os.readlink(link)), root) if link.is_symlink() else None
-            if target:
-                protected.add(target)
 
 
 def _superseded_shards(folder: Path) -> list[Path]:
@@ -222,7 +133,7 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
         raise ValueError(f"keep_checkpoints must be >= 0, got {keep_checkpoints}")
     checkpoints = checkpoint_folders(root)
     kept = checkpoints if keep_checkpoints is None else checkpoints[:keep_checkpoints]
-    for current in _current_folders(instance, CHECKPOINTS, root):
+    for current in current_folders(instance, CHECKPOINTS, root):
         if current.resolve() in {c.resolve() for c in checkpoints} - {k.resolve() for k in kept}:
             kept.append(next(c for c in checkpoints if c.resolve() == current.resolve()))
             result.notes.append(
@@ -232,11 +143,11 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
     result.kept_checkpoints = kept
     result.removed_checkpoints = [c for c in checkpoints if c not in kept]
 
-    protected = _Protected()
+    protected = Protected()
     for folder in kept:
-        _protect_checkpoint(folder, root, protected)
-    for evaluation in _current_folders(instance, EVALUATIONS, root, key="report"):
-        protected.add(_relative(evaluation, root), folder=True)
+        protect_checkpoint(folder, root, protected)
+    for evaluation in current_folders(instance, EVALUATIONS, root, key="report"):
+        protected.add(relative_to_root(evaluation, root), folder=True)
 
     candidates: list[tuple[Path, str]] = [(c, "checkpoint") for c in result.removed_checkpoints]
     evals = root / EVALUATIONS
@@ -255,7 +166,7 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
         for folder in sorted(p for p in (root / asset).iterdir() if p.is_dir()) if (root / asset).is_dir() else ():
             record = latest_materialization(instance, asset, folder.name)
             path = (record or {}).get("metadata", {}).get("path")
-            if record is None or (path and _relative(path, root) is None):
+            if record is None or (path and relative_to_root(path, root) is None):
                 result.notes.append(
                     f"left alone {asset}/{folder.name}: this Dagster instance has no materialization "
                     "of it under this storage root (another instance's data?)"
