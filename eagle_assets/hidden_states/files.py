@@ -54,12 +54,11 @@ def content_id(
     input_ids: Sequence[int], verifier_identity: str, layer_ids: Sequence[int], feature_dtype: str = BF16
 ) -> str:
     """Same tokens, same verifier, same layers, same storage dtype => same file; anything else =>
-    another file. bf16 ids are those from before the fp8 option (existing files stay valid)."""
+    another file."""
     ids = np.asarray(input_ids, dtype=np.int64).tobytes()
-    parts = [ids, verifier_identity, ",".join(map(str, layer_ids))]
-    if check_feature_dtype(feature_dtype) != BF16:
-        parts.append(feature_dtype)
-    return combined_hash(parts)[:32]
+    return combined_hash([ids, verifier_identity, ",".join(map(str, layer_ids)), check_feature_dtype(feature_dtype)])[
+        :32
+    ]
 
 
 def relative_path(cid: str) -> str:

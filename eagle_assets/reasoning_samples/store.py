@@ -66,7 +66,7 @@ SCHEMA = pa.schema(
         ("token_ids", pa.list_(pa.int32())),
         ("prompt_tokens", pa.int32()),
         ("completion_tokens", pa.int32()),
-        ("thinking_tokens", pa.int32()),  # null: no thinking section, or not known (rows before it existed)
+        ("thinking_tokens", pa.int32()),  # null: no thinking section
         ("truncated", pa.bool_()),
         ("unfinished_thinking", pa.bool_()),
         ("sampling", pa.string()),  # JSON of the request's sampling parameters
