@@ -1,4 +1,4 @@
-"""GPU throughputs this project measured (the README's benchmark rows), and their scaling to other shapes.
+"""GPU throughputs this project measured (the rows of docs/benchmarks.md), and their scaling to other shapes.
 
 A figure measured on one shape is carried to another by FLOPs per token at the same model FLOP
 utilisation; the label says so, because an MoE verifier at TP 8 (Kimi-K2.5) will not reach a dense 8B
@@ -26,14 +26,14 @@ class Measured:
 EXTRACTION = Measured(
     tokens_per_s=27_792,
     row_tokens=1280,  # rows uniform in 512..2048 tokens: 1280 on average
-    source="README benchmark row 'hidden-state extraction, one H200' (benchmarks/hidden_states_gpu.py: "
+    source="benchmark 'hidden-state extraction, one H200' (benchmarks/hidden_states_gpu.py: "
     "Llama-3.1-8B shape, bf16, rows of 512-2048 tokens, layers [2,16,29]+32 written with sha256+fsync; "
     "median of 3)",
 )
 TRAINING = Measured(
     tokens_per_s=44_306,
     row_tokens=8192,
-    source="README benchmark row 'draft training, one H200, ours vs speculators train' (benchmarks/train_gpu.py: "
+    source="benchmark 'draft training, one H200, ours vs speculators train' (benchmarks/train_gpu.py: "
     "draft of an 8B-shaped verifier, draft vocab 32000, ttt 3, 8192-token rows; median of 3)",
 )
 REFERENCE_DRAFT_VOCAB = 32_000  # the training row's; resolve_settings' default is min(32000, vocab // 2)
