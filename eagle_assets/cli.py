@@ -205,7 +205,8 @@ def lineage_show(
     as_json: bool = typer.Option(False, "--json", help="Print lineage.json as is."),
 ) -> None:
     """Print the chain prompt sources -> samples -> token sequences -> hidden states -> checkpoint."""
-    from eagle_assets.lineage import LineageError, read_lineage, summary_lines
+    from eagle_assets.lineage.record import LineageError, read_lineage
+    from eagle_assets.lineage.render import summary_lines
 
     try:
         lineage = read_lineage(checkpoint)
@@ -232,7 +233,8 @@ def lineage_verify(
 
     import dagster as dg
 
-    from eagle_assets.lineage import LineageError, verify_lineage
+    from eagle_assets.lineage.record import LineageError
+    from eagle_assets.lineage.verify import verify_lineage
 
     with contextlib.ExitStack() as stack:
         instance = stack.enter_context(dg.DagsterInstance.get()) if os.environ.get("DAGSTER_HOME") else None

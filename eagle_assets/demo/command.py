@@ -15,7 +15,8 @@ import dagster as dg
 
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.demo.display import StageDisplay, display_logger, materialization_line
-from eagle_assets.lineage import LineageError, read_lineage, summary_lines
+from eagle_assets.lineage.record import LineageError, read_lineage
+from eagle_assets.lineage.render import summary_lines
 from eagle_assets.orchestration.jobs import (
     DATASET,
     DRAFT,

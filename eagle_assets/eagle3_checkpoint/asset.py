@@ -50,12 +50,9 @@ from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierSh
 from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, TrainingDataError, build_training_data
 from eagle_assets.eagle3_checkpoint.verifier_folder import training_verifier
 from eagle_assets.eagle3_checkpoint.vocab import DraftVocabError, build_draft_vocab
-from eagle_assets.lineage import (
-    LINEAGE_DIGEST_KEY,
-    lineage_for_checkpoint,
-    lineage_metadata,
-    write_lineage,
-)
+from eagle_assets.lineage.collect import lineage_for_checkpoint
+from eagle_assets.lineage.record import LINEAGE_DIGEST_KEY, write_lineage
+from eagle_assets.lineage.render import lineage_metadata
 from eagle_assets.resources import StorageRoot, Verifier
 
 # prompts: its current table says which rows are train and which validation (eagle_assets.prompts.splits).

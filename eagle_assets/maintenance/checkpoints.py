@@ -17,7 +17,8 @@ import dagster as dg
 from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
 from eagle_assets.core.layout import EVAL_REPORT_FILE, LINEAGE_FILE, PER_DATASET_STAGES, TRAINING_FILE
 from eagle_assets.eagle3_eval.evaluate import tau_by_set
-from eagle_assets.lineage import _read_json, verify_lineage
+from eagle_assets.lineage.record import read_json
+from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.maintenance.gc import checkpoint_folders
 
 
@@ -41,9 +42,9 @@ def list_checkpoints(
     root = Path(root).resolve()
     entries = []
     for folder in checkpoint_folders(root):
-        lineage = _read_json(folder / LINEAGE_FILE)
-        training = _read_json(folder / TRAINING_FILE)
-        report = _read_json(root / EVALUATIONS / folder.name / EVAL_REPORT_FILE)
+        lineage = read_json(folder / LINEAGE_FILE)
+        training = read_json(folder / TRAINING_FILE)
+        report = read_json(root / EVALUATIONS / folder.name / EVAL_REPORT_FILE)
         status, notes = "not verified", []
         if verify:
             result = verify_lineage(folder, instance=instance)

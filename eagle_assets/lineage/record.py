@@ -1,0 +1,134 @@
+"""The lineage record: ``lineage.json`` in a checkpoint folder and its sha256 beside it (``lineage.sha256``).
+
+Its format is defined here, for :mod:`.collect` that fills it and :mod:`.verify` that checks it: the
+required keys, the entry of one stored file or of a folder of links, Dagster metadata values as JSON,
+and the materialization keys lineage reads. :func:`write_lineage` adds the checkpoint's own files
+(relative to the checkpoint folder) and content hash to a collected lineage and writes both files;
+:func:`read_lineage` reads the record back and refuses one that lacks a required key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from eagle_assets.core.files import combined_hash, file_sha256, hash_of_model_files, write_json
+from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE, MODEL_FILES
+
+# The checkpoint materialization's metadata key holding the same sha256.
+LINEAGE_DIGEST_KEY = "lineage_sha256"
+# The materialization tag holding the data version Dagster recorded.
+DATA_VERSION_TAG = "dagster/data_version"
+LINEAGE_FORMAT = 1
+REQUIRED_KEYS = (
+    "storage_root",
+    "partitions",
+    "prompt_sources",
+    "generation",
+    "tokenization",
+    "hidden_states",
+    "training",
+    "run_ids",
+    "dagster",
+    "artifacts",
+    "checkpoint_files",
+)
+
+
+class LineageError(ValueError):
+    """A checkpoint folder without a readable lineage.json."""
+
+
+def jsonable(value: Any) -> Any:
+    """A metadata value as JSON-friendly data (MetadataValue objects carry it in ``.value``)."""
+    value = getattr(value, "value", value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def file_entry(root: Path, path: Path, asset: str, partition: str | None, sha256: str | None = None) -> dict:
+    """One stored file, its path relative to ``root``; ``sha256`` given = the hash its writer recorded
+    (the file may be gone already, which ``verify`` then reports)."""
+    return {
+        "asset": asset,
+        "partition": partition,
+        "path": path.relative_to(root).as_posix(),
+        "bytes": path.stat().st_size if path.is_file() else None,
+        "sha256": sha256 or file_sha256(path),
+    }
+
+
+def links_entry(root: Path, folder: Path, asset: str) -> dict:
+    """A folder of links as one entry, its hash covering each link's name and target."""
+    return {
+        "asset": asset,
+        "partition": None,
+        "path": folder.relative_to(root).as_posix(),
+        "bytes": None,
+        "links": sum(1 for _ in folder.iterdir()),
+        "sha256": links_hash(folder),
+    }
+
+
+def links_hash(folder: Path) -> str:
+    """The hash of a links entry: each link's name and target, in name order."""
+    return combined_hash(f"{p.name}->{os.readlink(p)}" for p in sorted(folder.iterdir()) if p.is_symlink())
+
+
+def read_json(path: Path) -> dict:
+    """The JSON object in ``path``; an empty dict when the file is missing or not valid JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_lineage(
+    checkpoint_dir: str | Path, lineage: Mapping[str, Any], model_hashes: Mapping[str, str] | None = None
+) -> str:
+    """Write ``lineage.json`` into the checkpoint, adding the hashes of the checkpoint's own files and
+    its content hash, then ``lineage.sha256`` beside it; returns that sha256. ``model_hashes``: the
+    sha256 of the model files where the caller has them already (``keep_checkpoint`` hashed what it
+    copied), so the weights are not read again."""
+    folder = Path(checkpoint_dir)
+    known = dict(model_hashes or {})
+    own = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name not in (LINEAGE_FILE, LINEAGE_DIGEST_FILE) and not p.name.startswith("."):
+            rel = p.relative_to(folder).as_posix()
+            own.append({"path": rel, "bytes": p.stat().st_size, "sha256": known.get(rel) or file_sha256(p)})
+    hashes = {f["path"]: f["sha256"] for f in own if f["path"] in MODEL_FILES}
+    if missing := [name for name in MODEL_FILES if name not in hashes]:
+        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: not a checkpoint folder speculators saved")
+    path = write_json(
+        {**lineage, "checkpoint_files": own, "checkpoint_hash": hash_of_model_files(hashes)}, folder / LINEAGE_FILE
+    )
+    digest = file_sha256(path)
+    (folder / LINEAGE_DIGEST_FILE).write_text(f"{digest}  {LINEAGE_FILE}\n")
+    return digest
+
+
+def read_lineage(checkpoint_dir: str | Path) -> dict:
+    path = Path(checkpoint_dir) / LINEAGE_FILE
+    if not path.is_file():
+        raise LineageError(
+            f"{path} does not exist: is {checkpoint_dir} a checkpoint folder written by eagle3_checkpoint?"
+        )
+    try:
+        lineage = json.loads(path.read_text())
+    except ValueError as exc:
+        raise LineageError(f"{path} is not valid JSON ({exc}); the lineage record is damaged") from None
+    missing = [key for key in REQUIRED_KEYS if key not in lineage]
+    if missing:
+        raise LineageError(
+            f"{path} lacks {', '.join(missing)}: not written by this version's write_lineage, or edited by hand"
+        )
+    return lineage
