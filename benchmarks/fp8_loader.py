@@ -57,7 +57,7 @@ def main() -> None:
     from eagle_assets.hidden_states.files import TRAINER_BACKENDS
     from eagle_assets.eagle3_checkpoint.training_data import build_training_data
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import Fp8OnDeviceDataset, ScalesKeptCollate
-    from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features
+    from tests.helpers.synthetic import write_head_only_verifier, write_random_features
 
     torch.set_num_threads(1)
     shutil.rmtree(args.work, ignore_errors=True)

@@ -47,7 +47,7 @@ from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND  # no
 from eagle_assets.eagle3_checkpoint import trainer# noqa: E402
 from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
-from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
+from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
 
 def devices_for(count: int, tiny: bool) -> list[str]:

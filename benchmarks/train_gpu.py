@@ -73,7 +73,7 @@ from eagle_assets.eagle3_checkpoint import trainer# noqa: E402
 from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
-from eagle_assets.eagle3_checkpoint.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
+from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
 
 LLAMA_31_8B = dict(

@@ -1,0 +1,203 @@
+"""Extraction workers (one process per device) for real: two CPU workers on the tiny verifier; GPU hosts
+run the very same code with ``cuda:N`` devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from eagle_assets import hookimpl
+from eagle_assets.backends import ExtractionRequest
+from eagle_assets.core.files import file_sha256
+from eagle_assets.hidden_states.files import SampleWriter, check_sample, load_sample
+from eagle_assets.hidden_states.parallel import ExtractionWorkerFailed, extract_on_devices
+from eagle_assets.plugin_manager import pm
+from eagle_assets.plugins.transformers_backend import TransformersBackend
+from tests.helpers.features import folder, materialize_hidden_states, metadata, verifier_for, write_token_sequences
+from tests.helpers.processes import kill_group
+
+TWO_CPU_WORKERS = ["cpu", "cpu"]
+
+
+def written_state(root):
+    """What a hidden_states run leaves: index rows, tensor files by name and hash, the manifest."""
+    base = folder(root)
+    files = {p.name: file_sha256(p) for p in sorted((base / "tensors").iterdir())}
+    return pq.read_table(base / "index.parquet").to_pylist(), files, json.loads((base / "manifest.json").read_text())
+
+
+def test_two_cpu_workers_write_exactly_what_one_process_writes(storage_root, tiny_verifier, tmp_path):
+    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=12, steps=3)
+    distinct = len(set(map(tuple, sequences["input_ids"].to_pylist())))
+    # One row per forward pass (batch_tokens=1): the numbers cannot depend on which rows share a batch,
+    # so the two layouts must agree to the bit.
+    single = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1))
+    assert single.success and metadata(single)["extraction_workers"] == 1
+    expected = written_state(storage_root)
+    shutil.move(folder(storage_root), tmp_path / "single")
+
+    parallel = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS))
+    assert parallel.success
+    meta = metadata(parallel)
+    assert meta["extraction_workers"] == 2 and meta["files_written"] == distinct and meta["files_reused"] == 0
+    assert meta["bytes_written"] == sum((folder(storage_root) / "tensors" / f).stat().st_size for f in expected[1])
+    assert written_state(storage_root) == expected
+    assert {c.check_name: c.passed for c in parallel.get_asset_check_evaluations()} == {"files_match_rows": True}
+
+    # Resume: the workers re-extract exactly the missing files, whichever worker wrote them before.
+    removed = sorted((folder(storage_root) / "tensors").iterdir())[::3]
+    for path in removed:
+        path.unlink()
+    resumed = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS))
+    assert resumed.success
+    assert metadata(resumed)["files_written"] == len(removed)
+    assert written_state(storage_root) == expected
+
+
+@dataclass
+class PoisonedBackend(TransformersBackend):
+    """The real transformers backend on a verifier whose embedding of one token is NaN: every row
+    holding that token yields NaN states, which the sample writer refuses (a real failure mode of
+    broken weights)."""
+
+    poison_token: int = -1
+
+    def load_model(self, model_path, device="auto", dtype="auto"):
+        model = super().load_model(model_path, device, dtype)
+        model.get_input_embeddings().weight.data[self.poison_token] = float("nan")
+        return model
+
+
+class PoisonedPlugin:
+    def __init__(self, token: int):
+        self.backend = PoisonedBackend(name="poisoned", description="NaN embedding for one token", poison_token=token)
+
+    @hookimpl
+    def register_verifier_backends(self, register):
+        register(self.backend)
+
+
+def test_a_failing_worker_fails_the_step_with_its_error_and_keeps_whole_files(storage_root, tiny_verifier):
+    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=12, steps=3)
+    rows = [tuple(ids) for ids in sequences["input_ids"].to_pylist()]
+    # The rarest token: few rows fail, so the other worker has good rows to write before it is stopped.
+    token = min(Counter(t for ids in set(rows) for t in set(ids)).items(), key=lambda kv: (kv[1], kv[0]))[0]
+    plugin = PoisonedPlugin(token)
+    pm.register(plugin, name="poisoned-backend-test-plugin")
+    try:
+        failed = materialize_hidden_states(
+            storage_root, verifier_for(tiny_verifier, backend="poisoned", batch_tokens=1, devices=TWO_CPU_WORKERS))
+    finally:
+        pm.unregister(plugin)
+    assert not failed.success
+    [event] = failed.get_step_failure_events()
+    error, text = event.step_failure_data.error, ""
+    while error is not None:  # Dagster wraps the asset's exception: read the whole chain
+        text += error.message
+        error = error.cause
+    assert "ExtractionWorkerFailed" in text and "extraction worker" in text and "on cpu failed" in text
+    assert "hidden_states contain NaN/Inf" in text and "row " in text
+    assert not (folder(storage_root) / "index.parquet").exists()
+
+    kept = sorted((folder(storage_root) / "tensors").glob("*.safetensors"))
+    for path in kept:  # whatever either worker renamed into place is whole and right
+        sample = load_sample(path)
+        assert tuple(sample["token_ids"].tolist()) in set(rows) and token not in sample["token_ids"].tolist()
+        check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
+
+    fixed = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS))
+    assert fixed.success
+    meta = metadata(fixed)
+    assert meta["files_reused"] == len(kept) and meta["files_written"] == len(set(rows)) - len(kept)
+    assert not list((folder(storage_root) / "tensors").glob(".*.tmp"))  # stopped workers' temporaries cleared
+
+
+@dataclass
+class VanishingBackend(TransformersBackend):
+    """A worker that is killed outright (as the kernel's OOM killer would) before it can report."""
+
+    def extract(self, model_path, request, sink, progress=None):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_worker_is_reported_with_its_device_and_signal(tiny_verifier, tmp_path):
+    backend = VanishingBackend(name="vanishing", description="killed at start")
+    request = ExtractionRequest(sequences=[((0, "a" * 32), [1, 2, 3]), ((1, "b" * 32), [4, 5])], layer_ids=[1, 2, 4])
+    with pytest.raises(ExtractionWorkerFailed, match=r"extraction worker \d on cpu was killed by signal 9"):
+        extract_on_devices(backend, tiny_verifier, request, TWO_CPU_WORKERS, SampleWriter(tmp_path, 3, 64))
+
+
+@dataclass
+class HangingBackend(TransformersBackend):
+    """A worker that announces itself (a file named by its pid) and then hangs, as a stuck forward would."""
+
+    ready_dir: str = ""
+
+    def extract(self, model_path, request, sink, progress=None):
+        (Path(self.ready_dir) / str(os.getpid())).touch()
+        time.sleep(600)
+
+
+PARENT_SCRIPT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.integration.hidden_states.test_parallel_extraction import HangingBackend
+from eagle_assets.backends import ExtractionRequest
+from eagle_assets.hidden_states.files import SampleWriter
+from eagle_assets.hidden_states.parallel import extract_on_devices
+request = ExtractionRequest(sequences=[((0, "a" * 32), [1, 2, 3]), ((1, "b" * 32), [4, 5])], layer_ids=[1, 2, 4])
+extract_on_devices(HangingBackend(name="hanging", description="hangs", ready_dir=sys.argv[2]), sys.argv[3], request,
+                   ["cpu", "cpu"], SampleWriter(Path(sys.argv[2]), 3, 64))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its state letter says it has ended.
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+
+
+def _proc_status(pid: int) -> str:
+    """State, parent and signal masks of a process, for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "gone"
+    return "; ".join(line for line in lines if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk",
+                                                                     "SigIgn", "SigCgt"))
+
+
+def test_workers_end_when_the_step_process_is_killed(tiny_verifier, tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT, str(Path(__file__).parents[3]), str(tmp_path),
+                               str(tiny_verifier)])
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+        workers = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
+        assert len(workers) == 2, "the workers never started"
+        kill_group(parent)  # as a killed Dagster step process: no finally blocks run
+        # SIGTERM ends them at once (the margin is for a heavily loaded host). Before die_with_parent reset
+        # SIGTERM to its default, workers that inherited it ignored from this pytest process outlived 180 s.
+        deadline = time.monotonic() + 180
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = {pid: _proc_status(pid) for pid in workers if _alive(pid)}
+        assert not survivors, f"workers outlived their killed parent by 180 s: {survivors}"
+    finally:
+        kill_group(parent)

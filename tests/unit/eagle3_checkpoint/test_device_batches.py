@@ -1,0 +1,145 @@
+"""Training batches of fp8 features dequantized after collate (on the GPU in training) equal speculators'
+own fp8 path, which dequantizes each sample in its loader; and the training step's helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+from tests.helpers.synthetic import write_head_only_verifier, write_random_features
+
+HIDDEN, LAYERS, ROW = 64, [1, 2, 3, 4], 96
+
+
+def fp8_training_data(tmp_path: Path):
+    from transformers import Qwen3Config
+
+    verifier = write_head_only_verifier(tmp_path / "verifier", Qwen3Config(
+        vocab_size=256, hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=32, intermediate_size=128, max_position_embeddings=1024, eos_token_id=1))
+    write_random_features(tmp_path / "fp8", "demo", verifier_path=verifier, layer_ids=LAYERS, hidden_size=HIDDEN,
+                          vocab_size=256, num_rows=8, seq_len=(20, 40), feature_dtype="fp8")
+    return build_training_data(tmp_path / "fp8", ["demo"], tmp_path / "work")
+
+
+def batches(dataset_class, collate_class, data):
+    """Packed batches as speculators' loader builds them (its EAGLE-3 preprocessing included)."""
+    from hs_connectors import FP8Backend
+    from speculators.models.eagle3.data import shift_batch
+
+    transfer = FP8Backend.from_train_args(type("Args", (), {"hidden_states_path": None})(), str(data.path))
+    dataset = dataset_class(max_len=ROW, datapath=str(data.path), transfer=transfer, on_missing="raise")
+    collate = collate_class(ROW, HIDDEN, num_target_layers=3, dtype=dataset.hidden_states_dtype,
+                            preprocess=shift_batch)
+    packs = [[0, 1, 2], [3, 4], [5]]  # several samples per row, and a row cut short
+    return dataset, [collate([dataset[i] for i in pack]) for pack in packs]
+
+
+def test_fp8_batches_dequantized_after_collate_equal_speculators_dequantizing_per_sample(tmp_path):
+    import torch
+    from speculators.train.data import ArrowDataset, CollateFn
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
+        DeviceBatches,
+        Fp8OnDeviceDataset,
+        ScalesKeptCollate,
+        dequantize_features,
+    )
+
+    data = fp8_training_data(tmp_path)
+    _, expected = batches(ArrowDataset, CollateFn, data)
+    dataset, deferred = batches(Fp8OnDeviceDataset, ScalesKeptCollate, data)
+    assert dataset.fp8_on_device and deferred[0]["hidden_states"].dtype == torch.float8_e4m3fn
+    assert deferred[0]["hidden_states"].element_size() * 2 == expected[0]["hidden_states"].element_size()
+    for want, got in zip(expected, deferred):
+        got = dequantize_features(dict(got), dataset.dequantize_dtype)
+        assert set(got) == set(want)
+        for key in ("hidden_states", "verifier_last_hidden_states", "input_ids", "loss_mask", "document_ids"):
+            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+    # On CPU DeviceBatches only dequantizes: same batches again, through the loader interface.
+    loader = DeviceBatches(deferred, torch.device("cpu"), dataset.dequantize_dtype)
+    assert len(loader) == len(expected)
+    for want, got in zip(expected, loader):
+        assert torch.equal(got["hidden_states"], want["hidden_states"])
+
+
+def test_bf16_samples_pass_through_unchanged(tmp_path):
+    import torch
+    from speculators.models.eagle3.data import shift_batch
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import ScalesFollowFeatures
+
+    sample = {"input_ids": torch.arange(5), "hidden_states": torch.randn(5, 6), "loss_mask": torch.ones(5),
+              "verifier_last_hidden_states": torch.randn(5, 2), "lengths": torch.tensor([5]),
+              "position_ids": torch.arange(5)}
+    out = ScalesFollowFeatures(shift_batch)(dict(sample))
+    want = shift_batch(dict(sample))
+    assert set(out) == set(want) and all(torch.equal(out[k], want[k]) for k in want)
+
+
+def test_scalar_metrics_are_built_on_the_device_without_a_blocking_copy():
+    import torch
+
+    from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs
+
+    host_syncs.install()
+    from speculators.train import trainer
+
+    # On CPU the patched constructor must equal torch's own, dtype inference included.
+    for value, dtype in ((3, torch.float32), (1.0, None), (2, None), (True, None)):
+        got, want = trainer.torch.tensor(value, dtype=dtype), torch.tensor(value, dtype=dtype)
+        assert got.dtype == want.dtype and got.item() == want.item()
+    assert trainer.torch.autocast is torch.autocast and trainer.torch.Tensor is torch.Tensor
+
+
+class EpochSampler:
+    """A batch sampler whose order depends on the epoch, recording each epoch it was iterated for."""
+
+    def __init__(self, rows: int):
+        self.rows, self.epoch, self.iterated = rows, 0, []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.iterated.append(self.epoch)
+        order = [(i * (self.epoch + 3)) % self.rows for i in range(self.rows)]
+        return iter([order[i:i + 2] for i in range(0, self.rows, 2)])
+
+    def __len__(self) -> int:
+        return self.rows // 2
+
+
+def test_the_next_epoch_starts_loading_once_this_one_is_in_hand_with_the_batches_it_would_have():
+    import torch
+    from torch.utils.data import DataLoader
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches
+
+    def epochs_of(loader, sampler, epochs):
+        seen = []
+        for epoch in epochs:
+            sampler.set_epoch(epoch)  # as speculators' trainer does at the top of each epoch
+            seen.append([batch["row"].tolist() for batch in loader])
+        return seen
+
+    def loader_over(sampler):
+        # Persistent workers, as speculators builds its loaders: one iterator, reset for each epoch.
+        return DataLoader([{"row": i} for i in range(8)], batch_sampler=sampler, num_workers=1,
+                          persistent_workers=True, multiprocessing_context="fork")
+
+    plain = EpochSampler(8)
+    want = epochs_of(loader_over(plain), plain, [0, 1, 2])
+
+    sampler = EpochSampler(8)
+    batches = DeviceBatches(loader_over(sampler), torch.device("cpu"), last_epoch=2)
+    first = epochs_of(batches, sampler, [0])
+    # Epoch 1 was started as soon as epoch 0's batches were all taken, and the sampler reads epoch 0 again.
+    assert sampler.iterated[-1] == 1 and sampler.epoch == 0 and batches.early[0] == 1
+    assert first + epochs_of(batches, sampler, [1, 2]) == want
+    assert sampler.iterated[-1] == 2 and batches.early is None  # none after the last epoch
+    # A trainer asking for another epoch than the one started early gets that epoch's batches.
+    batches.early = None
+    epochs_of(batches, sampler, [0])
+    assert batches.early[0] == 1
+    assert epochs_of(batches, sampler, [2]) == want[2:]

@@ -1,0 +1,57 @@
+"""The trainer process: its launch command (torchrun for several processes), environment and process
+count, and a streamed process stopped once the caller has what it needs."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from eagle_assets.eagle3_checkpoint import trainer
+from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
+from eagle_assets.eagle3_checkpoint.trainer import launch_command, process_env
+from tests.helpers.logs import Lines
+
+
+def test_several_processes_launch_through_torchrun(tmp_path):
+    speculators_argv = ["--speculator-type", "eagle3", "--epochs", "2"]
+    metrics = tmp_path / "metrics.jsonl"
+    single = launch_command(TrainingSettings(), metrics, speculators_argv)
+    assert single[:3] == [sys.executable, "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch"]
+    command = launch_command(TrainingSettings(num_processes=4, early_stop_patience=3), metrics, speculators_argv)
+    assert command == [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+        "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch",
+        "--metrics-file", str(metrics), "--early-stop-patience", "3", "--cpu-threads", "1",
+        "--", *speculators_argv,
+    ]
+
+
+def test_training_processes_run_with_nvlink_multicast_off_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    env = process_env()
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # an operator who wants it on gets it
+    assert process_env()["NCCL_NVLS_ENABLE"] == "1"
+
+
+def test_training_processes_default_to_every_gpu_and_never_exceed_them(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert trainer.resolve_process_count(0, on_cpu=False) == 2  # 0 = every visible GPU
+    assert trainer.resolve_process_count(2, on_cpu=False) == 2
+    with pytest.raises(ValueError, match=r"num_processes=4 but this host shows 2 CUDA GPU\(s\)"):
+        trainer.resolve_process_count(4, on_cpu=False)
+    assert trainer.resolve_process_count(0, on_cpu=True) == 1
+    assert trainer.resolve_process_count(4, on_cpu=True) == 4  # gloo on CPU: any count
+
+
+def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_path):
+    from eagle_assets.eagle3_checkpoint.trainer import run_streaming
+
+    log = Lines()
+    endless = [sys.executable, "-c", "import itertools, time\nfor i in itertools.count():\n    print(i, flush=True)\n"
+               "    time.sleep(0.01)"]
+    run_streaming(endless, log, cwd=tmp_path, done=lambda: "3" in log.lines)
+    assert log.lines == ["0", "1", "2", "3"]

@@ -1,0 +1,102 @@
+"""eagle3_eval's refusals and the speculating server it starts: which prompts are sent, a served run
+without rows, an unreadable or a naming /server_info (a local HTTP server answers it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eagle_assets.core.layout import prompts_file
+from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
+from tests.helpers.http import LocalServer, Reply
+
+
+def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
+    import json
+
+    from eagle_assets.eagle3_eval.evaluate import EvaluationError, speculative_server
+    from eagle_assets.resources import VLLMServer
+
+    base = VLLMServer(model="/models/verifier", port=8000, max_model_len=4096, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                      extra_args=["--seed", "0"])
+    spec = speculative_server(base, Path("/ckpt/draft"), 3, port=8001)
+    assert (spec.port, spec.model, spec.max_model_len, spec.env) == (8001, base.model, 4096, base.env)
+    argv = spec.command(spec.model)
+    flag = argv.index("--speculative-config")
+    assert argv[flag - 2:flag] == ["--seed", "0"]
+    assert json.loads(argv[flag + 1]) == {"method": "eagle3", "model": "/ckpt/draft", "num_speculative_tokens": 3}
+    with pytest.raises(EvaluationError, match="already holds --speculative-config"):
+        speculative_server(spec, Path("/ckpt/other"), 3)
+
+
+# ---------------------------------------------------------------------------- which prompts are sent
+def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) -> None:
+    """A prompts table of (prompt_id, split, group_id) rows, with the columns eagle3_eval reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = prompts_file(root, partition)
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(
+        [{"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
+         for pid, split, group in rows]), path)
+
+
+def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
+    """Every held-out problem trained on (prompts re-split after training), or no heldout rows at all:
+    eagle3_eval stops before starting a server, saying which and what to re-materialize."""
+    from eagle_assets.eagle3_eval.eval_sets import EvalSetError, TrainedOn, heldout_set, require_prompts
+
+    _write_prompts(tmp_path, "resplit", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3")])
+    trained = TrainedOn(prompt_ids=frozenset({"c"}), group_ids=frozenset({"g1", "g2", "g3"}))
+    chosen = heldout_set("in-distribution", tmp_path, ["resplit"], 64, trained)
+    with pytest.raises(EvalSetError, match="left once the 2 whose problem .* re-materialize eagle3_checkpoint"):
+        require_prompts(chosen)
+    _write_prompts(tmp_path, "trainonly", [("d", "train", "g4"), ("e", "validation", "g5")])
+    with pytest.raises(EvalSetError, match=r"\['trainonly'\] have no heldout rows: .* larger heldout_fraction"):
+        require_prompts(heldout_set("in-distribution", tmp_path, ["trainonly"], 64, trained))
+    kept = heldout_set("in-distribution", tmp_path, ["resplit"], 64, TrainedOn(frozenset(), frozenset({"g1"})))
+    assert require_prompts(kept) is kept and [r.prompt_id for r in kept.requests] == ["b"]
+
+
+def test_a_served_run_without_rows_is_an_evaluation_error():
+    from eagle_assets.eagle3_eval.evaluate import EvaluationError, _check_speculating
+    from eagle_assets.eagle3_eval.served import ServedRun
+
+    empty = ServedRun(SpecDecodeCounters(), rows=[], wall_s=0.0, server_model="m", vllm_version="v")
+    with pytest.raises(EvaluationError, match="no out-of-distribution request was sent"):
+        _check_speculating(empty, ["http://127.0.0.1:1/v1"], "out-of-distribution")
+
+
+@pytest.fixture
+def server_info_answering():
+    """A local HTTP server whose /server_info answers (status, body) as set on the yielded dict."""
+    answer = {"status": 200, "body": b"{}"}
+    with LocalServer(lambda request: Reply(answer["status"], answer["body"])) as server:
+        answer["url"] = server.url
+        yield answer
+
+
+@pytest.mark.parametrize("status, body, said", [(500, b"boom", "HTTP 500 Internal Server Error"),
+                                                (404, b"", "HTTP 404 Not Found"), (200, b"<html>", "no JSON")])
+def test_an_unreadable_server_info_is_a_served_draft_error_naming_dev_mode(server_info_answering, status, body, said):
+    from eagle_assets.eagle3_eval.served import SERVER_INFO, ServedDraftError, served_speculative_config
+
+    server_info_answering.update(status=status, body=body)
+    url = server_info_answering["url"]
+    with pytest.raises(ServedDraftError) as refused:
+        served_speculative_config(url)
+    message = str(refused.value)
+    assert f"{url.removesuffix('/v1')}{SERVER_INFO} answered {said}" in message
+    assert "VLLM_SERVER_DEV_MODE=1" in message
+
+
+def test_server_info_names_the_served_draft(server_info_answering):
+    import json
+
+    from eagle_assets.eagle3_eval.served import served_speculative_config
+
+    spec = {"method": "eagle3", "model": "/ckpt/0123", "num_speculative_tokens": 3}
+    server_info_answering["body"] = json.dumps({"vllm_config": {"speculative_config": spec}}).encode()
+    assert served_speculative_config(server_info_answering["url"]) == spec

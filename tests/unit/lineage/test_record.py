@@ -1,0 +1,72 @@
+"""The lineage record on hand-made folders and a short chain: the sha256 beside it, a folder without one,
+an upstream re-materialized after it was used."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+from safetensors.torch import save_file
+from transformers import AutoTokenizer
+from typer.testing import CliRunner
+
+from eagle_assets.cli import app
+from eagle_assets.core.files import checkpoint_hash, file_sha256
+from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE
+from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint
+from eagle_assets.lineage.collect import collect_lineage
+from eagle_assets.lineage.record import write_lineage
+from eagle_assets.lineage.render import summary_lines
+from eagle_assets.resources import StorageRoot
+from tests.helpers.lineage import chain_assets, weight_reads
+from tests.helpers.upstream import PARTITION
+
+runner = CliRunner()
+
+
+def test_keeping_a_checkpoint_reads_its_weights_once_and_returns_the_lineage_sha256(tmp_path, monkeypatch):
+    import torch
+
+    best = tmp_path / "best"
+    best.mkdir()
+    save_file({"w": torch.arange(8, dtype=torch.float32)}, str(best / "model.safetensors"))
+    (best / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
+    reads = weight_reads(monkeypatch)
+    folder, digest, lineage_sha256 = keep_checkpoint(
+        best, tmp_path / "kept", {"training.json": {"seed": 0}},
+        finish=lambda tmp, model_hashes: write_lineage(tmp, {"storage_root": str(tmp_path)}, model_hashes))
+    assert reads == [best / "model.safetensors"]  # named the folder; the lineage record reuses it
+    monkeypatch.undo()
+    lineage = json.loads((folder / LINEAGE_FILE).read_text())
+    assert folder.name == digest[:16] and lineage["checkpoint_hash"] == digest == checkpoint_hash(folder)
+    assert {f["path"]: f["sha256"] for f in lineage["checkpoint_files"]} == {
+        name: file_sha256(folder / name) for name in ("config.json", "model.safetensors", "training.json")}
+    assert lineage_sha256 == file_sha256(folder / LINEAGE_FILE)
+    assert (folder / LINEAGE_DIGEST_FILE).read_text() == f"{lineage_sha256}  {LINEAGE_FILE}\n"
+
+
+def test_a_folder_without_lineage_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["lineage", "verify", str(tmp_path)])
+    assert result.exit_code == 2 and LINEAGE_FILE in result.output
+    (tmp_path / LINEAGE_FILE).write_text(json.dumps({"storage_root": "/x"}))
+    result = runner.invoke(app, ["lineage", "show", str(tmp_path)])
+    assert result.exit_code == 2 and "lacks partitions" in result.output
+
+
+def test_an_upstream_rematerialized_after_use_is_flagged(tiny_verifier, tmp_path):
+    storage = StorageRoot(root=str(tmp_path / "data"))
+    assets = chain_assets(AutoTokenizer.from_pretrained(tiny_verifier))[:2]  # prompts, reasoning_samples
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        def run(selection, limit):
+            result = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources={"storage": storage},
+                                    selection=selection, run_config={"ops": {"prompts": {"config": {"limit": limit}}}})
+            assert result.success
+
+        run(["prompts", "reasoning_samples"], 4)
+        run(["prompts"], 5)  # new prompts on disk; the samples were made from the old ones
+        lineage = collect_lineage(instance, storage.root, [PARTITION])
+    [link] = [link for link in lineage["links"] if link["input"] == "prompts"]
+    assert link["asset"] == "reasoning_samples" and not link["consistent"]
+    assert any(line.strip().startswith("! reasoning_samples[demo] consumed prompts") for line in summary_lines(lineage))

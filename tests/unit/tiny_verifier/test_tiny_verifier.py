@@ -1,0 +1,132 @@
+"""The embedded tiny verifier: tokenizer, chat template, trained behaviour, and the build cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+
+import pytest
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from eagle_assets.tiny_verifier.arithmetic import Problem, worked_solution
+from eagle_assets.tiny_verifier.cache import cached_tiny_verifier
+from eagle_assets.tiny_verifier.corpus import make_conversations
+from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE, recipe_hash
+
+# A recipe small enough to build in seconds: for the cache mechanics, not for its outputs.
+QUICK_RECIPE = dataclasses.replace(DEFAULT_RECIPE, tokenizer_corpus_samples=200, train_steps=2, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_verifier):
+    return AutoTokenizer.from_pretrained(tiny_verifier)
+
+
+def test_tokenizer_round_trips_any_text(tokenizer):
+    for text in ["What is 482 + 319?", "Ünïcödé, emoji 🙂, tabs\tand\nnewlines", "<think>\nx\n</think>\n\ny"]:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert tokenizer.decode(ids) == text
+
+
+def test_digits_are_single_tokens(tokenizer):
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer.encode("1234567", add_special_tokens=False))
+    assert pieces == list("1234567")
+
+
+def test_think_tags_and_stop_token(tokenizer, tiny_verifier):
+    config = AutoConfig.from_pretrained(tiny_verifier)
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for tag in ("<think>", "</think>"):
+        assert len(tokenizer.encode(tag, add_special_tokens=False)) == 1
+        # Kept when decoding with skip_special_tokens, so a reasoning parser sees them.
+        assert tokenizer.decode(tokenizer.encode(tag, add_special_tokens=False), skip_special_tokens=True) == tag
+
+
+def test_chat_template_renders_thinking(tokenizer):
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": "The answer is 5.", "reasoning_content": "2 + 3 = 5."},
+        {"role": "user", "content": "And 4 + 4?"},
+    ]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert prompt.startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
+    # An earlier turn keeps its answer only; the generation prompt opens the thinking block.
+    assert "<|im_start|>assistant\nThe answer is 5.<|im_end|>\n" in prompt
+    assert "2 + 3 = 5." not in prompt
+    assert prompt.endswith("<|im_start|>user\nAnd 4 + 4?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+    no_think = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    assert no_think.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+    # A final assistant turn (a training row) keeps its reasoning, from either field name or inline tags.
+    for reply in (
+        {"role": "assistant", "content": "The answer is 8.", "reasoning_content": "4 + 4 = 8."},
+        {"role": "assistant", "content": "The answer is 8.", "reasoning": "4 + 4 = 8."},
+        {"role": "assistant", "content": "<think>\n4 + 4 = 8.\n</think>\n\nThe answer is 8."},
+    ):
+        full = tokenizer.apply_chat_template([*messages, reply], tokenize=False)
+        assert full == prompt + "4 + 4 = 8.\n</think>\n\nThe answer is 8.<|im_end|>\n"
+
+
+def _held_out_problem() -> Problem:
+    """A problem whose question never occurs in the training conversations."""
+    trained = {conv.messages[-1]["content"] for conv in make_conversations(
+        DEFAULT_RECIPE.train_steps * DEFAULT_RECIPE.batch_size, DEFAULT_RECIPE.seed + 2, DEFAULT_RECIPE)}
+    problem = Problem(468, "+", 275, "What is 468 + 275?")
+    assert problem.question not in trained
+    return problem
+
+
+def test_model_writes_thinking_then_answer(tiny_verifier, tokenizer):
+    model = AutoModelForCausalLM.from_pretrained(tiny_verifier).eval()
+    assert "lm_head.weight" in model.state_dict() and "model.embed_tokens.weight" in model.state_dict()
+    problem = _held_out_problem()
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": problem.question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    out = model.generate(**inputs, max_new_tokens=200, do_sample=False)
+    completion = tokenizer.decode(out[0, inputs["input_ids"].shape[1]:])
+    thinking, answer = worked_solution(problem)
+    assert completion.startswith(thinking.split("\n")[0])  # the worked style's first line
+    assert "\n</think>\n\nThe answer is " in completion
+    assert completion.endswith("<|im_end|>")
+
+
+def test_second_call_reuses_the_cache(tiny_verifier):
+    lines: list[str] = []
+    again = cached_tiny_verifier(log=lines.append)
+    assert again == tiny_verifier
+    assert lines == []  # nothing was built
+    assert again.name == recipe_hash(DEFAULT_RECIPE)
+
+
+def _build_quick(cache_dir: str, log_file: str) -> str:
+    with open(log_file, "a") as fh:
+        return str(cached_tiny_verifier(cache_dir, QUICK_RECIPE, log=lambda line: fh.write(line + "\n")))
+
+
+def test_concurrent_callers_build_once(tmp_path):
+    log_file = tmp_path / "log.txt"
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        paths = pool.starmap(_build_quick, [(str(tmp_path / "cache"), str(log_file))] * 3)
+    assert len(set(paths)) == 1
+    assert log_file.read_text().count("building the tiny verifier") == 1
+    folder = tmp_path / "cache" / "tiny-verifier"
+    assert not list(folder.glob(".*.tmp"))  # no temporary build folder left behind
+    assert AutoConfig.from_pretrained(paths[0]).model_type == "qwen3"
+
+
+def test_a_killed_build_leaves_nothing_behind(tmp_path):
+    folder = tmp_path / "cache" / "tiny-verifier"
+    abandoned = folder / ".0123456789abcdef.x1y2z3.tmp"  # another recipe's build, killed mid-way
+    abandoned.mkdir(parents=True)
+    (abandoned / "model.safetensors").write_bytes(b"half written")
+    cached_tiny_verifier(tmp_path / "cache", QUICK_RECIPE, log=lambda line: None)
+    assert not abandoned.exists()
+
+
+def test_recipe_change_changes_the_key():
+    assert recipe_hash(QUICK_RECIPE) != recipe_hash(DEFAULT_RECIPE)
+    assert recipe_hash(dataclasses.replace(DEFAULT_RECIPE, seed=DEFAULT_RECIPE.seed + 1)) != recipe_hash()

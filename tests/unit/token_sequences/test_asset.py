@@ -1,0 +1,110 @@
+"""The ``token_sequences`` asset and its ``template_drift`` check, materialized for real on stored samples."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+from transformers import AutoTokenizer
+
+from eagle_assets.orchestration.partitions import source_partitions
+from eagle_assets.resources import Verifier
+from eagle_assets.token_sequences import asset as family
+from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA
+from tests.helpers.upstream import PARTITION, demo_prompts, sample_row, write_samples
+
+
+@pytest.fixture
+def upstream(storage_root, tiny_verifier):
+    """Real prompts (the demo partition, 12 rows) and reasoning-sample shards written by the real store:
+    8 with server tokens, 2 without (rendered), 1 error, 1 truncated."""
+    prompts = demo_prompts(storage_root, 12)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
+    rows = [sample_row(p, tokenizer) for p in prompts[:8]]
+    rows += [sample_row(p, tokenizer, prompt_token_ids=None, token_ids=None) for p in prompts[8:10]]
+    rows.append(sample_row(prompts[10], tokenizer, status="error", error="HTTP 500", token_ids=None))
+    rows.append(sample_row(prompts[11], tokenizer, truncated=True, finish_reason="length"))
+    write_samples(storage_root, rows)
+    full = [sample_row(p, tokenizer) for p in prompts]
+    return {"prompts": {p["prompt_id"]: p for p in prompts}, "samples": {r["prompt_id"]: r for r in rows},
+            "lengths": {r["prompt_id"]: len(r["prompt_token_ids"]) + len(r["token_ids"]) for r in full},
+            "tokenizer": tokenizer}
+
+
+def materialize(storage_root, verifier, config=None, with_check=True):
+    built = family.build(source_partitions())
+    return dg.materialize(
+        built["assets"] + (built["checks"] if with_check else []), partition_key=PARTITION,
+        resources={"storage": storage_root, "verifier": verifier},
+        run_config={"ops": {"token_sequences": {"config": config}}} if config else None,
+        raise_on_error=False,
+    )
+
+
+def sequences(storage_root):
+    return pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet")
+
+
+def test_masks_cover_exactly_the_completion(storage_root, tiny_verifier, upstream):
+    result = materialize(storage_root, Verifier(model_path=str(tiny_verifier)))
+    assert result.success
+    table = sequences(storage_root)
+    assert table.schema == SEQUENCES_SCHEMA
+    tokenizer = upstream["tokenizer"]
+    origins = {}
+    for row in table.to_pylist():
+        sample = upstream["samples"][row["prompt_id"]]
+        mask, ids = row["loss_mask"], row["input_ids"]
+        prompt_len = mask.index(1)
+        assert mask == [0] * prompt_len + [1] * (len(ids) - prompt_len) and row["seq_len"] == len(ids)
+        origins[row["prompt_id"]] = row["origin"]
+        if row["origin"] == "server_tokens":
+            assert ids == sample["prompt_token_ids"] + sample["token_ids"]
+            assert prompt_len == len(sample["prompt_token_ids"])
+        # Either way the supervised part is exactly the verifier's reply, through its stop token.
+        completion = tokenizer.decode(ids[prompt_len:])
+        assert completion == f"{sample['reasoning']}\n</think>\n\n{sample['content']}<|im_end|>"
+        assert tokenizer.decode(ids[:prompt_len]).endswith("<|im_start|>assistant\n<think>\n")
+    # 8 server-token rows + 1 truncated (kept by default) + 2 rendered; the error row is skipped.
+    assert sorted(origins.values()).count("server_tokens") == 9 and list(origins.values()).count("rendered") == 2
+    [mat] = result.asset_materializations_for_node("token_sequences")
+    assert mat.metadata["skipped_error"].value == 1
+    assert mat.metadata["drift_prompt_mismatch_rate"].value == 0.0
+    [check] = result.get_asset_check_evaluations()
+    assert check.passed and check.metadata["drift_checked"].value == 9
+
+
+def test_policies_drop_a_quality_class_and_cut_overlong_rows(storage_root, tiny_verifier, upstream):
+    limit = sorted(upstream["lengths"].values())[6]  # the median row: some rows are cut, some are not
+    result = materialize(storage_root, Verifier(model_path=str(tiny_verifier)),
+                         {"quality_policy": {"truncated": "drop"}, "max_length": limit, "overlength_policy": "truncate",
+                          "splits": ["train", "validation", "heldout"]}, with_check=False)
+    assert result.success
+    table = sequences(storage_root)
+    assert max(table["seq_len"].to_pylist()) <= limit
+    assert not any(upstream["samples"][p]["truncated"] for p in table["prompt_id"].to_pylist())
+    [mat] = result.asset_materializations_for_node("token_sequences")
+    assert mat.metadata["skipped_quality_truncated"].value == mat.metadata["samples_truncated"].value == 1
+    cut = [r for r in table.to_pylist() if upstream["lengths"][r["prompt_id"]] > limit]
+    assert 0 < mat.metadata["cut_to_max_length"].value == len(cut) < table.num_rows
+    for row in cut:  # the prompt stays whole and unsupervised; the completion is what gets cut
+        prompt = upstream["samples"][row["prompt_id"]]["prompt_token_ids"]
+        assert row["seq_len"] == limit and row["input_ids"][: len(prompt)] == prompt
+        assert row["loss_mask"].count(0) == len(prompt)
+
+
+def test_drift_check_catches_a_changed_template(storage_root, tiny_verifier, upstream, tmp_path):
+    changed = tmp_path / "changed-verifier"
+    shutil.copytree(tiny_verifier, changed)
+    template = changed / "chat_template.jinja"
+    # A one-character change in how turns open: every prompt now tokenizes differently.
+    template.write_text(template.read_text().replace("'<|im_start|>' + message.role + '\\n'", "'<|im_start|>' + message.role + ':\\n'"))
+    result = materialize(storage_root, Verifier(model_path=str(changed)))
+    assert result.success  # the asset still writes its rows; the check is what flags them
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert check.metadata["drift_prompt_mismatch_rate"].value == 1.0
+    [mat] = result.asset_materializations_for_node("token_sequences")
+    assert mat.metadata["drift_prompt_mismatch_rate"].value == 1.0
