@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -114,79 +114,7 @@ def stop_process_group(pid: int, grace_s: float, log, child: subprocess.Popen | 
         time.sleep(0.2)
     if not gone():
         log.warning(f"vLLM server: pid {pid} ignored SIGTERM for {grace_s:g}s, sending SIGKILL")
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     if child is not None:
         child.wait()
-
-
-LAST_SEEN = ".last_seen"  # its mtime: when a user of the server was last seen alive
-HEARTBEAT_S = 30.0
-
-
-def register_user(users_dir: Path) -> Path:
-    """Mark this process as using the server (one file per ``serve()``), so it is not stopped under it."""
-    users_dir.mkdir(parents=True, exist_ok=True)
-    marker = users_dir / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    marker.touch()
-    return marker
-
-
-def note_last_seen(users_dir: Path, when: float | None = None) -> None:
-    """Move the server's last-seen time forward to ``when`` (default now); never backwards."""
-    when = time.time() if when is None else when
-    path = users_dir / LAST_SEEN
-    try:
-        if path.stat().st_mtime >= when:
-            return
-    except FileNotFoundError:
-        path.touch()
-    os.utime(path, (when, when))
-
-
-def last_seen(users_dir: Path) -> float | None:
-    """When a user was last seen alive: the newest heartbeat among the markers and ``.last_seen``."""
-    times = [p.stat().st_mtime for p in users_dir.glob("*") if p.is_file()] if users_dir.is_dir() else []
-    return max(times) if times else None
-
-
-def live_users(users_dir: Path) -> int:
-    """How many ``serve()`` calls still use the server; markers of dead processes are removed (their
-    last heartbeat is kept in ``.last_seen``, so the idle time counts from the user's death)."""
-    live = 0
-    for marker in users_dir.glob("*-*"):
-        try:
-            os.kill(int(marker.name.split("-")[0]), 0)
-            live += 1
-        except (ProcessLookupError, ValueError):
-            try:
-                note_last_seen(users_dir, marker.stat().st_mtime)
-            except FileNotFoundError:
-                continue
-            marker.unlink(missing_ok=True)
-        except PermissionError:
-            live += 1
-    return live
-
-
-class Heartbeat(threading.Thread):
-    """Touches a user marker every ``interval_s`` while the user lives (a killed user stops touching it)."""
-
-    def __init__(self, marker: Path, interval_s: float = HEARTBEAT_S):
-        super().__init__(name=f"vllm-user:{marker.name}", daemon=True)
-        self.marker, self.interval_s = marker, interval_s
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
-            try:
-                os.utime(self.marker)
-            except FileNotFoundError:
-                return
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive():  # also safe when it never started
-            self.join(timeout=5)

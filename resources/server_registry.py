@@ -1,13 +1,11 @@
 """The managed vLLM servers this project started: list them, stop one, stop idle ones.
 
-A managed launch leaves ``<machine>-<bind host>-<port>.json`` (pid, fingerprint, argv, start time,
-idle grace, the machine's host name) in the resource's state folder, and every ``serve()`` a
-heartbeat-touched marker under ``<machine>-<bind host>-<port>.users/``. A server is idle when no
-marker belongs to a live process; its idle time counts from the last heartbeat, or from its start
-when that is later (a heartbeat left by an earlier server on the port). A kept-alive or
-orphaned server (its last user was killed) idle for longer than its grace is stopped by the next run
-or command that looks, so a crash never holds the GPUs overnight, while a run restarted within the
-grace attaches instead of reloading the model.
+Each is known by the files it left in the state folder (``server_state``). A server is idle when no
+user marker belongs to a live process; its idle time counts from the last heartbeat, or from its start
+when that is later (a heartbeat left by an earlier server on the port). A kept-alive or orphaned server
+(its last user was killed) idle for longer than its grace is stopped by the next run or command that
+looks, so a crash never holds the GPUs overnight, while a run restarted within the grace attaches
+instead of reloading the model.
 
 A state folder may be shared by several machines (a storage root or home on NFS). Servers another
 machine launched are listed, but never probed, stopped or forgotten from here: their pids and user
@@ -17,24 +15,23 @@ recorded, and named ``<bind host>-<port>``) is taken for this host's.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eagle_assets.resources.server_process import last_seen, live_users, pid_is_vllm, stop_process_group
-
-DEFAULT_IDLE_STOP_S = 3600.0
-DEFAULT_STOP_GRACE_S = 30.0
-HOSTNAME_KEY = "hostname"  # the state file's record of the machine that launched the server
-
-
-def this_host() -> str:
-    return socket.gethostname()
+from eagle_assets.resources.server_process import pid_is_vllm, stop_process_group
+from eagle_assets.resources.server_state import (
+    DEFAULT_IDLE_STOP_S,
+    DEFAULT_STOP_GRACE_S,
+    HOSTNAME_KEY,
+    ServerFiles,
+    last_seen,
+    live_users,
+    read_state,
+    server_lock,
+    this_host,
+)
 
 
 @dataclass
@@ -77,14 +74,13 @@ def state_files(state_dir: Path) -> list[Path]:
 
 
 def read_server(state_path: Path) -> ManagedServer | None:
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, ValueError):
+    state = read_state(state_path)
+    if state is None:
         return None
     argv = state.get("argv", [])
     model = argv[argv.index("--model") + 1] if "--model" in argv else "?"
     hostname = state.get(HOSTNAME_KEY) or this_host()
-    users_dir = state_path.with_suffix(".users")
+    users_dir = ServerFiles.at(state_path).users
     started_at = state.get("started_at", state_path.stat().st_mtime)
     if hostname == this_host():
         alive = pid_is_vllm(state["pid"])
@@ -124,7 +120,7 @@ def stop_server(state_dir: Path, name: str, log, only_if_idle: bool = False) -> 
             f"vLLM server {server.name} runs on host {server.hostname}, not on this one "
             f"({this_host()}); stop it there: `eagle-assets servers --stop {server.name}`"
         )
-    with _locked(state_path):
+    with server_lock(state_path):
         server = read_server(state_path)
         if server is None:
             return False
@@ -157,18 +153,10 @@ def stop_idle_servers(state_dir: Path, log, keep: str | None = None) -> list[Man
     return stopped
 
 
-@contextmanager
-def _locked(state_path: Path) -> Iterator[None]:
-    """The server's lock: ``serve()`` holds it to check-then-launch and to leave."""
-    with open(state_path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def _forget_if_dead(state_path: Path) -> None:
     """Drop the state file under the lock, if its server is still dead then: a ``serve()`` may have
     launched a new server on that port (and written its state) since the file was read."""
-    with _locked(state_path):
+    with server_lock(state_path):
         server = read_server(state_path)
         if server is not None and server.local and not server.alive:
             state_path.unlink(missing_ok=True)

@@ -9,14 +9,20 @@ families join ``ASSET_FAMILIES``. Per-dataset (partitioned) assets run first for
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import dagster as dg
+import typer
 
 from eagle_assets.core.partitions import add_training_run
-from eagle_assets.demo.display import StageDisplay, display_logger, materialization_line
-from eagle_assets.lineage.record import LineageError, read_lineage
-from eagle_assets.lineage.render import summary_lines
+from eagle_assets.demo.display import StageDisplay, display_logger, materialization_line, output_to_file
+from eagle_assets.demo.outcome import outcome
+from eagle_assets.eagle3_eval.evaluate import replaced
 from eagle_assets.orchestration.jobs import (
     DATASET,
     DRAFT,
@@ -27,7 +33,7 @@ from eagle_assets.orchestration.jobs import (
 )
 from eagle_assets.orchestration.recovery import configured_state_dir, in_process_runs
 from eagle_assets.plugin_manager import dataset_sources
-from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES
+from eagle_assets.resources.embedded import embedded_resources
 from eagle_assets.tiny_verifier.embedded import DEFAULT_EMBEDDED
 
 # Demo-sized settings on top of the assets' own (production) defaults, for the assets the graph has.
@@ -165,73 +171,61 @@ def summarize(result: dg.ExecuteInProcessResult) -> list[str]:
     return lines
 
 
-def _latest(instance: dg.DagsterInstance, asset: str, training_run: str):
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[training_run]), limit=1
-    ).records
-    return records[0].asset_materialization if records else None
+def demo_command(
+    build_definitions: Callable[[dict], dg.Definitions],
+    partition: str,
+    port: int,
+    verifier: str,
+    feature_dtype: str,
+    verbose: bool,
+    training_run: str | None,
+) -> int:
+    """``eagle-assets demo`` in the terminal: :func:`run_demo` on the resources of the embedded ``verifier``
+    (its server on ``port``, 0 = the resource's default; hidden states stored as ``feature_dtype``), a
+    status line per stage and a result line per asset, the full log in $DAGSTER_HOME/logs/demo-<time>.log
+    unless ``verbose``, then :func:`outcome`. Returns the exit status: 2 for an unknown verifier or
+    partition, 1 when a run failed. ``build_definitions`` is passed in: the demo sits beside the code
+    location's definitions in the import layers, not above them."""
+    log_file = (
+        Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    )
+    if not verbose:
+        typer.echo(f"full log: {log_file}")
+    with contextlib.nullcontext(sys.stdout) if verbose else output_to_file(log_file) as terminal:
+        display = None if verbose else StageDisplay(terminal, redraw=terminal.isatty())
 
+        def say(line: str) -> None:
+            (display.line if display else typer.echo)(line)
+            if display:  # the file keeps every line too
+                print(line, flush=True)
 
-def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
-    """The demo's last lines: ``checkpoint=<path>``, the captured samples' quality shares,
-    ``acceptance_length=<τ>`` (held-out, in-distribution),
-    ``ood_acceptance_length=<τ>`` (the out-of-distribution set, when evaluated) and the lineage summary,
-    from the training run's latest checkpoint and evaluation materializations (empty when it has neither)."""
-    checkpoint = _latest(instance, "eagle3_checkpoint", training_run)
-    if checkpoint is None:
-        return []
-    path = checkpoint.metadata["path"].value
-    lines = [f"checkpoint={path}"]
-    samples = instance.get_latest_materialization_event(dg.AssetKey("reasoning_samples"))
-    if samples is not None and "quality/non_ok_share" in samples.asset_materialization.metadata:
-        meta = samples.asset_materialization.metadata
-        shares = ", ".join(
-            f"{name} {meta[f'quality/{name}_share'].value:.1%}"
-            for name in QUALITY_CLASSES
-            if meta[f"quality/{name}"].value
-        )
-        lines.append(f"sample quality ({samples.asset_materialization.partition}): {shares}")
-    evaluation = _latest(instance, "eagle3_eval", training_run)
-    if evaluation is not None:
-        meta = {key: value.value for key, value in evaluation.metadata.items()}
-        k = meta["num_speculative_tokens"]
-        heldout, ood = meta["eval_set"], meta["ood_eval_set"]
+        def report(result) -> None:
+            say(f"run {result.dagster_run.job_name} {result.run_id[:8]}: {'success' if result.success else 'FAILED'}")
+            for line in summarize(result):
+                if display is None or line.startswith(("CHECK FAILED", "STEP FAILED")):
+                    say(f"  {line}")
+                else:  # the display printed it as the asset was materialized
+                    print(f"  {line}", flush=True)
 
-        def per_position(label: str) -> str:
-            return " / ".join(f"{meta[f'{label}/acceptance_pos_{i}']:.3f}" for i in range(1, k + 1))
-
-        detail = (
-            f"training run {training_run}; vLLM, greedy, K={k}, {meta[f'{heldout}/prompts_evaluated']} "
-            f"in-distribution held-out prompts "
-            f"({heldout}); per position {per_position(heldout)}"
-        )
-        if f"{heldout}/simulated_acceptance_length" in meta:
-            detail += f"; simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}"
-        lines += [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", f"  ({detail})"]
-        variants = sorted(
-            {
-                key.split("/")[1]
-                for key in meta
-                if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")
-            }
-        )
-        if variants:
-            lines.append(
-                "  per sampling variant: "
-                + ", ".join(
-                    f"{name.removeprefix('variant[').removesuffix(']')} τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
-                    f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)"
-                    for name in variants
+        with dg.DagsterInstance.get() as instance:
+            try:
+                overrides = embedded_resources(verifier, **({"port": port} if port else {}))
+                overrides["verifier"] = replaced(overrides["verifier"], feature_dtype=feature_dtype)
+                run_name = training_run or demo_training_run(verifier)
+                results = run_demo(
+                    build_definitions(overrides), instance, partition, report, verifier, display, run_name
                 )
-            )
-        if f"{ood}/acceptance_length" in meta:
-            lines += [
-                f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
-                f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts; per position "
-                f"{per_position(ood)})",
-            ]
-    try:
-        lines += ["lineage:", *summary_lines(read_lineage(path), path)]
-    except LineageError as exc:
-        lines.append(f"lineage: {exc}")
-    return lines
+            except ValueError as exc:
+                typer.echo(str(exc), file=terminal)
+                return 2
+            if not all(r.success for r in results):
+                if display:
+                    say(f"the full log: {log_file}")
+                return 1
+            for line in outcome(instance, run_name):
+                say(line)
+        say(
+            "Done. `make ui` shows these runs, their metadata and lineage (same DAGSTER_HOME); "
+            "`eagle-assets checkpoints` lists every kept checkpoint."
+        )
+    return 0

@@ -14,7 +14,7 @@ from eagle_assets.orchestration.pool_watch import PoolWaitWatcher
 from eagle_assets.orchestration.reconcile import reconcile_dead_runs
 from eagle_assets.orchestration.worker import worker_tags
 from eagle_assets.resources.server_registry import stop_idle_servers
-from eagle_assets.resources.vllm_server import server_state_dir
+from eagle_assets.resources.server_state import server_state_dir
 
 log = logging.getLogger("eagle_assets.orchestration.recovery")
 

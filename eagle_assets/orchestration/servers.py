@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eagle_assets.orchestration.pool_watch import short_duration
 from eagle_assets.resources.server_registry import ManagedServer, list_servers, stop_idle_servers, stop_server
-from eagle_assets.resources.vllm_server import server_state_dir
+from eagle_assets.resources.server_state import server_state_dir
 
 
 def header(width: int) -> str:
