@@ -1,6 +1,6 @@
 """What ``eagle-assets demo`` shows on the terminal: one status line per running stage, redrawn in place (its
 latest count as a bar, with the rate and ETA the assets log), a result line as each asset is materialized
-(its numeric metadata), then the summary.
+(its headline numbers), then the summary; no line is wider than :data:`LINE_WIDTH`.
 
 Everything else — every Dagster event, vLLM's and the trainer's lines, library warnings — goes to a log file
 whose path is printed first (``--verbose`` streams it to the terminal as before).
@@ -25,6 +25,18 @@ import dagster as dg
 COUNT = re.compile(r"(\d+)/(\d+)")
 # Lines a stage forwards from its vLLM server: they go to the file, not the status line.
 FORWARDED = re.compile(r"^\[vllm\]|^\s*$")
+# The terminal's lines are at most this wide (a TTY's own width if narrower); the log file has them whole.
+LINE_WIDTH = 120
+# Each asset's headline numbers on its result line, in this order (patterns over its metadata keys);
+# every other number is in the log file and the UI.
+HEADLINES = {
+    "prompts": ("rows_kept", "train", "validation", "heldout"),
+    "reasoning_samples": ("ok", "output_tokens_per_s", "capture_s"),
+    "token_sequences": ("samples", "tokens", "max_seq_len"),
+    "hidden_states": ("files", "tokens", "tokens_per_s"),
+    "eagle3_checkpoint": ("epochs_run", "val_loss", "val_full_acc_0"),
+    "eagle3_eval": (r"[^/]+\]/acceptance_length",),
+}
 
 
 class StageDisplay:
@@ -48,8 +60,11 @@ class StageDisplay:
         self.last_draw = now
         self._draw(self.status(stage, message, now - self.started[stage]))
 
+    def width(self) -> int:
+        return min(LINE_WIDTH, shutil.get_terminal_size((LINE_WIDTH, 20)).columns - 1) if self.redraw else LINE_WIDTH
+
     def status(self, stage: str, message: str, elapsed_s: float) -> str:
-        width = shutil.get_terminal_size((100, 20)).columns - 1
+        width = self.width()
         count = COUNT.search(message)
         bar = ""
         if count and int(count.group(2)) > 0:
@@ -65,10 +80,10 @@ class StageDisplay:
         self.line(f"{stage:<18} {elapsed:5.0f}s done: {text}")
 
     def line(self, text: str) -> None:
-        """A line that stays (on a TTY cut to its width; the log file has it whole): clears the status line first."""
+        """A line that stays, cut to :meth:`width` (the log file has it whole): clears the status line first."""
         self._draw("")
-        width = shutil.get_terminal_size((100, 20)).columns - 1
-        if self.redraw and len(text) > width:
+        width = self.width()
+        if len(text) > width:
             text = text[: width - 1] + "…"
         print(text, file=self.terminal, flush=True)
 
@@ -81,18 +96,32 @@ class StageDisplay:
         self.shown = text
 
 
-def materialization_line(mat: dg.AssetMaterialization) -> str:
-    """``asset[partition] version V: k=v, ...`` — its numeric metadata and data version."""
-    numbers = ", ".join(
-        f"{k}={v.value:.4g}" if isinstance(v.value, float) else f"{k}={v.value}"
+def _number(key: str, value: float | int) -> str:
+    key = key.removesuffix("/acceptance_length") + " τ" if key.endswith("/acceptance_length") else key
+    return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+
+
+def materialization_line(mat: dg.AssetMaterialization, headline_only: bool = False) -> str:
+    """``asset[partition] version V: k=v, ...`` — its numeric metadata and data version; with
+    ``headline_only``, ``[partition] version: ...`` with the asset's :data:`HEADLINES` numbers only (all
+    of them for an asset without) and the version's first 8 characters: the result line that follows the
+    stage's name on the terminal."""
+    asset = mat.asset_key.to_user_string()
+    numbers = {
+        k: v.value
         for k, v in mat.metadata.items()
         if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue))
         and not k.startswith("dagster/")
         and v.value  # zero counters (e.g. skip reasons that never happened) are noise here
-    )
+    }
+    if headline_only and asset in HEADLINES:
+        numbers = {k: numbers[k] for pattern in HEADLINES[asset] for k in numbers if re.fullmatch(pattern, k)}
     version = mat.tags.get("dagster/data_version", "?") if mat.tags else "?"
     partition = f"[{mat.partition}]" if mat.partition else ""
-    return f"{mat.asset_key.to_user_string()}{partition} version {version}: {numbers}"
+    shown = ", ".join(_number(k, v) for k, v in numbers.items())
+    if headline_only:
+        return f"{partition} {version[:8]}: {shown}".lstrip()
+    return f"{asset}{partition} version {version}: {shown}"
 
 
 class _DisplayHandler(logging.Handler):
@@ -113,7 +142,8 @@ class _DisplayHandler(logging.Handler):
         elif event.is_step_start:
             self.display.progress(step, "starting")
         elif event.is_step_materialization:
-            self.display.result(step, materialization_line(event.step_materialization_data.materialization))
+            mat = event.step_materialization_data.materialization
+            self.display.result(step, materialization_line(mat, headline_only=True))
 
 
 def display_logger(display: StageDisplay) -> dg.LoggerDefinition:

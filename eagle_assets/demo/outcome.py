@@ -46,9 +46,8 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
             return " / ".join(f"{meta[f'{label}/acceptance_pos_{i}']:.3f}" for i in range(1, k + 1))
 
         detail = (
-            f"training run {training_run}; vLLM, greedy, K={k}, {meta[f'{heldout}/prompts_evaluated']} "
-            f"in-distribution held-out prompts "
-            f"({heldout}); per position {per_position(heldout)}"
+            f"held out: {heldout}, {meta[f'{heldout}/prompts_evaluated']} prompts; vLLM greedy K={k}; "
+            f"per position {per_position(heldout)}"
         )
         if f"{heldout}/simulated_acceptance_length" in meta:
             detail += f"; simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}"
