@@ -1,0 +1,285 @@
+"""The ``hidden_states`` stage without Dagster: which rows to extract, whether the disk holds them, the
+extraction itself, and the ``index.parquet`` + ``manifest.json`` written after it.
+
+Files are content-addressed (:func:`~eagle_assets.hidden_states.files.content_id`) and never rewritten,
+so the to-do list is whatever is not on disk yet: a killed extraction resumes by skipping what exists.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eagle_assets.backends import ExtractionRequest, VerifierBackend
+from eagle_assets.capacity import feature_bytes_per_token
+from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
+from eagle_assets.core.files import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
+from eagle_assets.core.layout import BF16, FP8, INDEX_FILE, MANIFEST_FILE, SCRATCH_DIR, TENSORS_DIR
+from eagle_assets.core.tables import list_rows
+from eagle_assets.hidden_states.files import INDEX_SCHEMA, SCALES_KEY, SampleWriter, content_id, relative_path
+from eagle_assets.hidden_states.parallel import extract_on_devices
+from eagle_assets.prompts.splits import read_current_splits
+
+GB = 1e9
+LOG_EVERY_S = 5.0
+SEQUENCE_COLUMNS = ["prompt_id", "turn", "input_ids", "seq_len"]
+FORMATS = {
+    BF16: "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
+    FP8: "hs-connectors fp8 (speculators' `fp8` backend): hidden_states [seq, n_aux+1, H] float8_e4m3fn + "
+    f"{SCALES_KEY} [seq, 1, 1] fp32 (per token) + token_ids [seq] int64",
+}
+
+
+class HiddenStatesInputError(ValueError):
+    """The rows to extract cannot be read; the message names the asset to materialize first."""
+
+
+class NotEnoughDisk(RuntimeError):
+    """The estimated write does not fit the disk with the headroom left; ``metadata`` holds the numbers."""
+
+    def __init__(self, message: str, metadata: dict):
+        super().__init__(message)
+        self.metadata = metadata
+
+
+def select_rows(sequences_file: Path, storage_root: Path, partition: str, splits: Sequence[str] = ()) -> pa.Table:
+    """The ``token_sequences`` rows to extract: all of them, or those whose prompt the partition's
+    current prompts table puts in one of ``splits``."""
+    if not sequences_file.exists():
+        raise HiddenStatesInputError(f"{sequences_file} is missing: materialize token_sequences[{partition}] first")
+    rows = pq.read_table(sequences_file, columns=SEQUENCE_COLUMNS)
+    if not splits:
+        return rows
+    try:
+        current = read_current_splits(storage_root, partition)
+    except FileNotFoundError as err:
+        raise HiddenStatesInputError(str(err)) from None
+    keep = [current.get(pid, ("", ""))[0] in splits for pid in rows["prompt_id"].to_pylist()]
+    return rows.filter(pa.array(keep, pa.bool_()))
+
+
+def check_disk_budget(folder: Path, tokens: int, files: int, per_token: int, headroom_gb: float) -> int:
+    """Fail fast, with the numbers, when the write cannot fit; returns the estimate in bytes (the
+    capacity plan's arithmetic: ``eagle-assets plan`` prints the same per-token and per-file bytes)."""
+    needed = tokens * per_token + files * FILE_OVERHEAD_BYTES
+    free = shutil.disk_usage(folder).free
+    if free - needed < headroom_gb * GB:
+        raise NotEnoughDisk(
+            f"not enough disk for hidden states under {folder}: {files} files, {tokens} tokens x "
+            f"{per_token} bytes/token = {needed / GB:.2f} GB needed + {headroom_gb:.2f} GB headroom, "
+            f"but only {free / GB:.2f} GB free. Free space, point the storage root at a bigger disk, "
+            "capture fewer layers, or select fewer splits/rows.",
+            {"needed_bytes": needed, "free_bytes": free, "headroom_gb": headroom_gb, "tokens": tokens},
+        )
+    return needed
+
+
+@dataclass(frozen=True)
+class ExtractionSettings:
+    """What an extraction takes from the verifier resource and the launchpad."""
+
+    model_path: Path
+    devices: list[str]  # one worker per entry (resolved: no "auto")
+    aux_layer_ids: list[int] | None = None  # None: the backend's defaults
+    feature_dtype: str = BF16
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_tokens: int = 16384
+    disk_headroom_gb: float = 2.0
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """What one extraction found, wrote and indexed."""
+
+    folder: Path
+    rows: int
+    files: int  # distinct content ids over the rows
+    files_written: int
+    tokens: int
+    new_tokens: int
+    bytes_written: int
+    bytes_per_token: int
+    elapsed_s: float
+    layer_ids: list[int]
+    hidden_size: int
+    identity: str
+    feature_dtype: str
+    workers: int
+    engine_facts: dict  # what the backend reported about its extraction (vllm: its engine's start-up time)
+    data_version: str
+
+    @property
+    def files_reused(self) -> int:
+        return self.files - self.files_written
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.elapsed_s if self.new_tokens else 0.0
+
+
+@dataclass(frozen=True)
+class ExtractionProgress:
+    files: int
+    tokens: int
+    total_files: int
+    total_tokens: int
+    elapsed_s: float
+
+
+class ProgressLog:
+    """A progress callback that logs counts and rates every few seconds, and at the end."""
+
+    def __init__(self, log, every_s: float = LOG_EVERY_S):
+        self.log, self.every_s, self.last = log, every_s, None
+
+    def __call__(self, progress: ExtractionProgress) -> None:
+        now = time.monotonic()
+        if self.last is None:
+            self.last = now - progress.elapsed_s  # the extraction's start
+        if now - self.last >= self.every_s or progress.files == progress.total_files:
+            self.last = now
+            rate = progress.tokens / max(progress.elapsed_s, 1e-9)
+            self.log.info(
+                f"hidden states: {progress.files}/{progress.total_files} files, "
+                f"{progress.tokens}/{progress.total_tokens} tokens, {rate:.0f} tok/s"
+            )
+
+
+def previous_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of the files an earlier extraction already indexed (so a resume does not re-read them)."""
+    index = folder / INDEX_FILE
+    if not index.exists():
+        return {}
+    table = pq.read_table(index, columns=["content_id", "sha256"])
+    return dict(zip(table["content_id"].to_pylist(), table["sha256"].to_pylist()))
+
+
+def extract_hidden_states(
+    rows: pa.Table,
+    folder: Path,
+    backend: VerifierBackend,
+    settings: ExtractionSettings,
+    log,
+    progress: Callable[[ExtractionProgress], None] | None = None,
+    label: str = "",
+) -> Extraction:
+    """Extract every row of ``rows`` (:func:`select_rows`) not on disk yet into ``folder`` (created), then
+    write its index and manifest. Raises :class:`NotEnoughDisk` before the verifier is loaded when the
+    write would not fit. ``log`` is logger-like (``info``); ``label`` prefixes its summary lines."""
+    model_path = settings.model_path
+    layer_ids = backend.capture_layer_ids(model_path, settings.aux_layer_ids or None)
+    hidden_size, identity = backend.hidden_size(model_path), backend.identity(model_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    stale = remove_stale_temporaries(folder / TENSORS_DIR) if (folder / TENSORS_DIR).exists() else 0
+
+    input_ids = list_rows(rows["input_ids"])
+    feature_dtype = settings.feature_dtype
+    cids = [content_id(ids, identity, layer_ids, feature_dtype) for ids in input_ids]
+    todo: dict[str, int] = {}  # content id -> first row holding it (identical rows share one file)
+    for row, cid in enumerate(cids):
+        if cid not in todo and not (folder / relative_path(cid)).exists():
+            todo[cid] = row
+    per_token = feature_bytes_per_token(len(layer_ids), hidden_size, feature_dtype)
+    todo_tokens = sum(len(input_ids[r]) for r in todo.values())
+    estimate = check_disk_budget(folder, todo_tokens, len(todo), per_token, settings.disk_headroom_gb)
+    log.info(
+        f"{label}: {rows.num_rows} rows, {len(set(cids))} distinct, {len(todo)} to extract "
+        f"({todo_tokens} tokens, ~{estimate / GB:.2f} GB) with backend {backend.name!r} on {settings.devices}, "
+        f"layers {layer_ids}, stored {feature_dtype}; "
+        f"{stale} stale temporaries removed"
+    )
+
+    writer = SampleWriter(folder, len(layer_ids), hidden_size, feature_dtype)
+    started = time.monotonic()
+    engine_facts = None
+    if todo:
+        request = ExtractionRequest(
+            sequences=[((row, cid), input_ids[row]) for cid, row in todo.items()],
+            layer_ids=layer_ids,
+            device=settings.device,
+            dtype=settings.dtype,
+            batch_tokens=settings.batch_tokens,
+            scratch_dir=str(folder / SCRATCH_DIR),
+        )
+
+        def report(files: int, tokens: int) -> None:
+            if progress is not None:
+                progress(ExtractionProgress(files, tokens, len(todo), todo_tokens, time.monotonic() - started))
+
+        engine_facts = extract_on_devices(backend, model_path, request, settings.devices, writer, report, log=log)
+    elapsed = time.monotonic() - started
+
+    hashes = previous_hashes(folder)
+    hashes.update({cid: w.sha256 for (_, cid), w in writer.written.items()})
+    for cid in set(cids) - hashes.keys():  # finished by a killed extraction that never wrote its index
+        hashes[cid] = file_sha256(folder / relative_path(cid))
+    write_index(rows, cids, hashes, folder)
+    tokens = sum(rows["seq_len"].to_pylist())
+    write_manifest(backend.describe(model_path), layer_ids, hidden_size, feature_dtype, len(set(cids)), tokens, folder)
+
+    new_tokens = sum(len(input_ids[row]) for row, _ in writer.written)
+    log.info(
+        f"{label}: wrote {len(writer.written)} files ({new_tokens} tokens) in {elapsed:.1f}s; "
+        f"reused {len(set(cids)) - len(writer.written)}"
+    )
+    return Extraction(
+        folder=folder,
+        rows=rows.num_rows,
+        files=len(set(cids)),
+        files_written=len(writer.written),
+        tokens=tokens,
+        new_tokens=new_tokens,
+        bytes_written=writer.bytes,
+        bytes_per_token=per_token,
+        elapsed_s=elapsed,
+        layer_ids=layer_ids,
+        hidden_size=hidden_size,
+        identity=identity,
+        feature_dtype=feature_dtype,
+        workers=len(settings.devices),
+        engine_facts=dict(engine_facts or {}),
+        data_version=combined_hash(f"{c}:{hashes[c]}" for c in sorted(set(cids)))[:16],
+    )
+
+
+def write_index(rows: pa.Table, cids: list[str], hashes: dict[str, str], folder: Path) -> pa.Table:
+    """``index.parquet``: one entry per row, naming the file that holds its states and that file's sha256."""
+    index = pa.table(
+        {
+            "prompt_id": rows["prompt_id"],
+            "turn": rows["turn"],
+            "content_id": cids,
+            "file": [relative_path(c) for c in cids],
+            "seq_len": rows["seq_len"],
+            "sha256": [hashes[c] for c in cids],
+        },
+        schema=INDEX_SCHEMA,
+    )
+    write_parquet(index, folder / INDEX_FILE)
+    return index
+
+
+def write_manifest(
+    verifier: dict, layer_ids: list[int], hidden_size: int, feature_dtype: str, files: int, tokens: int, folder: Path
+) -> dict:
+    """``manifest.json``: the verifier (``backend.describe``) and layers the files hold, and their format."""
+    manifest = {
+        "verifier": verifier,
+        "layer_ids": layer_ids,
+        "aux_layer_ids": layer_ids[:-1],
+        "final_layer_id": layer_ids[-1],
+        "hidden_size": hidden_size,
+        "dtype": feature_dtype,
+        "format": FORMATS[feature_dtype],
+        "files": files,
+        "tokens": tokens,
+    }
+    write_json(manifest, folder / MANIFEST_FILE)
+    return manifest

@@ -1,0 +1,231 @@
+"""The hidden_states stage without Dagster: row selection, the disk budget, and the extraction's files,
+index and manifest, with a fake backend (no model: states derived from the token ids)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from eagle_assets.backends import SampleTensors, VerifierBackend
+from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
+from eagle_assets.core.files import combined_hash, file_sha256, write_parquet
+from eagle_assets.hidden_states.extract import (
+    FORMATS,
+    ExtractionProgress,
+    ExtractionSettings,
+    HiddenStatesInputError,
+    NotEnoughDisk,
+    ProgressLog,
+    check_disk_budget,
+    extract_hidden_states,
+    select_rows,
+)
+from eagle_assets.hidden_states.files import INDEX_SCHEMA, SCALES_KEY, content_id, load_sample, relative_path
+
+HIDDEN, LAYERS = 8, 4
+ROWS = [
+    ("p0", [5, 6, 7]),
+    ("p1", [8, 9]),
+    ("p2", [5, 6, 7]),  # the same tokens as p0: one file for both
+    ("p3", [10, 11, 12, 13]),
+]
+
+
+@dataclass
+class FakeBackend(VerifierBackend):
+    """A 4-layer verifier whose state at (token, layer, i) is token + layer/10 + i/100."""
+
+    name: str = "fake"
+    description: str = "states derived from the token ids"
+    data_parallel: bool = True
+    extracted: list = field(default_factory=list)  # the keys of every extract call
+
+    def num_layers(self, model_path) -> int:
+        return LAYERS
+
+    def hidden_size(self, model_path) -> int:
+        return HIDDEN
+
+    def vocab_size(self, model_path) -> int:
+        return 32
+
+    def identity(self, model_path) -> str:
+        return "fake-verifier"
+
+    def describe(self, model_path) -> dict:
+        return {"backend": self.name, "model_path": str(model_path), "identity": self.identity(model_path)}
+
+    def extract(self, model_path, request, sink, progress=None):
+        samples = tokens = 0
+        for key, ids in request.sequences:
+            self.extracted.append(key)
+            states = (
+                torch.tensor(ids, dtype=torch.float32)[:, None, None]
+                + torch.tensor(request.layer_ids)[None, :, None] / 10
+                + torch.arange(HIDDEN)[None, None, :] / 100
+            )
+            sink(SampleTensors(key, states.to(torch.bfloat16), torch.tensor(ids, dtype=torch.int64)))
+            samples, tokens = samples + 1, tokens + len(ids)
+            if progress is not None:
+                progress(samples, tokens)
+        return {"engine_start_s": 0.5}
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def info(self, line):
+        self.lines.append(line)
+
+
+def sequences(rows=ROWS) -> pa.Table:
+    return pa.table(
+        {
+            "prompt_id": [p for p, _ in rows],
+            "turn": [0] * len(rows),
+            "input_ids": [ids for _, ids in rows],
+            "seq_len": [len(ids) for _, ids in rows],
+        }
+    )
+
+
+def settings(**kw) -> ExtractionSettings:
+    return ExtractionSettings(**{"model_path": Path("/nowhere"), "devices": ["cpu"], "disk_headroom_gb": 0.0, **kw})
+
+
+def test_select_rows_reads_every_row_or_those_of_the_chosen_splits(tmp_path):
+    source = tmp_path / "token_sequences" / "demo" / "sequences.parquet"
+    with pytest.raises(HiddenStatesInputError, match=r"materialize token_sequences\[demo\] first"):
+        select_rows(source, tmp_path, "demo")
+    write_parquet(sequences(), source)
+    assert select_rows(source, tmp_path, "demo")["prompt_id"].to_pylist() == ["p0", "p1", "p2", "p3"]
+    with pytest.raises(HiddenStatesInputError, match="materialize prompts for partition 'demo' first"):
+        select_rows(source, tmp_path, "demo", ["train"])
+    prompts = pa.table(
+        {"prompt_id": ["p0", "p1", "p2"], "split": ["train", "heldout", "validation"], "group_id": ["a", "b", "c"]}
+    )
+    write_parquet(prompts, tmp_path / "prompts" / "demo" / "prompts.parquet")
+    # p3 is in no current split: never selected by split.
+    chosen = select_rows(source, tmp_path, "demo", ["train", "validation"])
+    assert chosen["prompt_id"].to_pylist() == ["p0", "p2"]
+    assert chosen.column_names == ["prompt_id", "turn", "input_ids", "seq_len"]
+
+
+def test_disk_budget_is_the_plans_arithmetic_and_fails_with_the_numbers(tmp_path):
+    assert check_disk_budget(tmp_path, 1000, 3, 72, 0.0) == 1000 * 72 + 3 * FILE_OVERHEAD_BYTES
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(NotEnoughDisk) as refused:
+        check_disk_budget(tmp_path, 1000, 3, 72, free / 1e9 + 1)
+    text = str(refused.value)
+    assert "3 files, 1000 tokens x 72 bytes/token" in text and "GB headroom" in text and "GB free" in text
+    assert refused.value.metadata["needed_bytes"] == 1000 * 72 + 3 * FILE_OVERHEAD_BYTES
+    assert refused.value.metadata["tokens"] == 1000 and refused.value.metadata["free_bytes"] > 0
+
+
+def test_extraction_writes_one_file_per_distinct_row_its_index_and_manifest(tmp_path):
+    backend, log, seen = FakeBackend(), Log(), []
+    folder = tmp_path / "hidden_states" / "demo"
+    done = extract_hidden_states(sequences(), folder, backend, settings(), log, seen.append, label="demo")
+
+    layer_ids = [1, 2, 3, 4]  # spread over a 4-layer model, then the final layer
+    assert done.layer_ids == layer_ids and done.hidden_size == HIDDEN and done.identity == "fake-verifier"
+    assert (done.rows, done.files, done.files_written, done.files_reused) == (4, 3, 3, 0)
+    assert done.tokens == 12 and done.new_tokens == 9  # p2 repeats p0
+    assert done.bytes_per_token == LAYERS * HIDDEN * 2 + 8 and done.engine_facts == {"engine_start_s": 0.5}
+    assert done.workers == 1 and done.bytes_written == sum(p.stat().st_size for p in (folder / "tensors").iterdir())
+    assert len(backend.extracted) == 3
+    # Progress carries the totals of what there was to extract.
+    assert seen[-1] == ExtractionProgress(3, 9, 3, 9, seen[-1].elapsed_s) and len(seen) == 3
+
+    index = pq.read_table(folder / "index.parquet")
+    assert index.schema == INDEX_SCHEMA
+    rows = index.to_pylist()
+    assert [r["prompt_id"] for r in rows] == ["p0", "p1", "p2", "p3"]
+    assert rows[0]["file"] == rows[2]["file"] and len({r["file"] for r in rows}) == 3
+    for row, (_, ids) in zip(rows, ROWS):
+        assert row["content_id"] == content_id(ids, "fake-verifier", layer_ids)
+        assert row["file"] == relative_path(row["content_id"]) and row["seq_len"] == len(ids)
+        assert file_sha256(folder / row["file"]) == row["sha256"]
+        stored = load_sample(folder / row["file"])
+        assert stored["token_ids"].tolist() == ids and SCALES_KEY not in stored
+        assert stored["hidden_states"].shape == (len(ids), LAYERS, HIDDEN)
+        assert float(stored["hidden_states"][0, 1, 0]) == pytest.approx(ids[0] + 0.2, abs=0.05)
+    hashes = {r["content_id"]: r["sha256"] for r in rows}
+    assert done.data_version == combined_hash(f"{c}:{hashes[c]}" for c in sorted(hashes))[:16]
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest == {
+        "verifier": backend.describe(Path("/nowhere")),
+        "layer_ids": layer_ids,
+        "aux_layer_ids": [1, 2, 3],
+        "final_layer_id": 4,
+        "hidden_size": HIDDEN,
+        "dtype": "bfloat16",
+        "format": FORMATS["bfloat16"],
+        "files": 3,
+        "tokens": 12,
+    }
+    assert log.lines[0].startswith("demo: 4 rows, 3 distinct, 3 to extract (9 tokens")
+    assert log.lines[-1].startswith("demo: wrote 3 files (9 tokens)") and log.lines[-1].endswith("reused 0")
+
+
+def test_a_second_extraction_reuses_every_file_and_indexes_what_a_killed_one_left(tmp_path):
+    folder = tmp_path / "hidden_states" / "demo"
+    first = extract_hidden_states(sequences(ROWS[:2]), folder, FakeBackend(), settings(), Log())
+    index_before = pq.read_table(folder / "index.parquet").to_pylist()
+    # A killed extraction: its files are in place, its index never written; and a half-written temporary.
+    (folder / "index.parquet").unlink()
+    (folder / "tensors" / ".half.safetensors.tmp").write_bytes(b"partial")
+    backend, log = FakeBackend(), Log()
+    again = extract_hidden_states(sequences(), folder, backend, settings(), log)
+    assert backend.extracted == [(3, content_id(ROWS[3][1], "fake-verifier", [1, 2, 3, 4]))]  # only p3 is new
+    assert (again.files, again.files_written, again.files_reused, again.new_tokens) == (3, 1, 2, 4)
+    assert "1 stale temporaries removed" in log.lines[0] and not list((folder / "tensors").glob(".*.tmp"))
+    index = pq.read_table(folder / "index.parquet").to_pylist()
+    assert index[:2] == index_before  # the hashes of the killed extraction's files, read back from disk
+    assert again.data_version != first.data_version
+
+    untouched = FakeBackend()
+    third = extract_hidden_states(sequences(), folder, untouched, settings(), Log())
+    assert untouched.extracted == [] and third.files_written == 0 and third.tokens_per_s == 0.0
+    assert third.data_version == again.data_version and third.engine_facts == {}
+
+
+def test_fp8_files_are_other_files_with_their_scales(tmp_path):
+    pytest.importorskip("hs_connectors")
+    folder = tmp_path / "hidden_states" / "demo"
+    bf16 = extract_hidden_states(sequences(), folder, FakeBackend(), settings(), Log())
+    fp8 = extract_hidden_states(sequences(), folder, FakeBackend(), settings(feature_dtype="fp8"), Log())
+    assert fp8.files_written == 3 and fp8.bytes_per_token == LAYERS * HIDDEN + 4 + 8 < bf16.bytes_per_token
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["dtype"] == "fp8" and manifest["format"] == FORMATS["fp8"]
+    for row in pq.read_table(folder / "index.parquet").to_pylist():
+        assert SCALES_KEY in load_sample(folder / row["file"])
+
+
+def test_not_enough_disk_stops_before_the_verifier_is_loaded(tmp_path):
+    backend = FakeBackend()
+    folder = tmp_path / "hidden_states" / "demo"
+    with pytest.raises(NotEnoughDisk, match="3 files, 9 tokens"):
+        extract_hidden_states(sequences(), folder, backend, settings(disk_headroom_gb=1e9), Log())
+    assert backend.extracted == [] and not (folder / "tensors").exists() and not (folder / "index.parquet").exists()
+
+
+def test_progress_log_logs_every_few_seconds_and_at_the_end():
+    log = Log()
+    progress = ProgressLog(log, every_s=3600)
+    progress(ExtractionProgress(1, 10, 4, 40, 2.0))
+    assert log.lines == []  # not yet due
+    progress(ExtractionProgress(4, 40, 4, 40, 4.0))
+    assert log.lines == ["hidden states: 4/4 files, 40/40 tokens, 10 tok/s"]
+    every = ProgressLog(log, every_s=0)
+    every(ExtractionProgress(1, 10, 4, 40, 1.0))
+    assert log.lines[-1] == "hidden states: 1/4 files, 10/40 tokens, 10 tok/s"
