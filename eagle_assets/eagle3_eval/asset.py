@@ -1,9 +1,9 @@
 """The ``eagle3_eval`` asset: how many tokens the draft saves, measured by vLLM speculative decoding.
 
 Partitioned like ``eagle3_checkpoint``, by named training run: the verifier is served with the run's
-latest checkpoint (or one of its kept checkpoints, ``checkpoint`` in the launchpad) as its EAGLE-3 draft; held-out prompts
-(split ``heldout`` of the current ``prompts`` tables; training reads only ``train`` and ``validation``)
-are sent greedily, and the acceptance length and per-position acceptance come from vLLM's own
+latest checkpoint (or one of its kept checkpoints, ``checkpoint`` in the launchpad) as its EAGLE-3 draft;
+held-out prompts (split ``heldout`` of the current ``prompts`` tables; training reads only ``train`` and
+``validation``) are sent greedily, and the acceptance length and per-position acceptance come from vLLM's own
 spec-decode counters. An out-of-distribution set (the evaluation-only partitions, e.g. ``demo_ood``)
 is measured the same way on the same server and reported beside it as ``ood_*``. A held-out prompt
 whose problem the checkpoint trained or validated on is never sent (``eagle_assets.eagle3_eval.eval_sets``).
@@ -13,45 +13,35 @@ speculators' forward) is recorded too. All use vLLM's convention τ = 1 + accept
 Each prompt set's numbers carry its label as a key prefix (``heldout[demo]/acceptance_length``,
 ``ood[demo_ood]/acceptance_length``): the UI plots one line per key, so a line never joins numbers of
 different prompt sets, and training runs are separate partitions.
+
+Dagster wiring only: what to measure is :mod:`~eagle_assets.eagle3_eval.plan`, the measurement and its
+report :mod:`~eagle_assets.eagle3_eval.acceptance`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
-import json
 from pathlib import Path
 
 import dagster as dg
-import pyarrow as pa
 from pydantic import Field
 
-from eagle_assets.core.files import combined_hash, write_json, write_parquet
-from eagle_assets.core.layout import (
-    EAGLE3_CHECKPOINT,
-    EAGLE3_EVAL,
-    EVAL_REPORT_FILE,
-    GREEDY_OUTPUTS_FILE,
-    PIPELINE,
-    TRAINING_FILE,
-    prompts_file,
-)
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder
 from eagle_assets.core.partitions import training_runs
-from eagle_assets.eagle3_checkpoint import asset as checkpoint_asset
+from eagle_assets.eagle3_checkpoint.asset import checkpoint_of
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
-from eagle_assets.eagle3_eval.eval_sets import EvalSetError, heldout_set, require_prompts, trained_on
-from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table, evaluate
+from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
+from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table
+from eagle_assets.eagle3_eval.plan import (
+    EvalPlanError,
+    check_checkpoint,
+    evaluation_only_sources,
+    named_checkpoint,
+    plan_evaluation,
+)
 from eagle_assets.plugin_manager import dataset_sources
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
 # Bump when the same checkpoint and settings would be measured differently.
 CODE_VERSION = "eagle3_eval-3"
-OUTPUTS_SCHEMA = pa.schema(
-    [
-        ("eval_set", pa.string()),
-        ("prompt_id", pa.string()),
-        ("prompt_token_ids", pa.list_(pa.int32())),
-        ("token_ids", pa.list_(pa.int32())),
-        ("finish_reason", pa.string()),
-    ]
-)
 
 
 class Eagle3EvalConfig(dg.Config):
@@ -106,56 +96,32 @@ class Eagle3EvalConfig(dg.Config):
 def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRoot, name: str = "") -> Path:
     """The checkpoint folder to serve: ``name`` (a kept folder's name or a path) or the training run's latest.
     It must still exist and belong to ``run``."""
-    if not name:
-        folder = checkpoint_asset.checkpoint_of(instance, run)
-    else:
-        folder = Path(name) if "/" in name else storage.path(EAGLE3_CHECKPOINT) / name
-    if not (folder / "config.json").exists():
-        raise dg.Failure(
-            f"checkpoint {folder} is gone or not a checkpoint folder: `eagle-assets checkpoints` lists "
-            f"the kept ones; re-materialize {EAGLE3_CHECKPOINT} for training run {run!r}"
-        )
-    trained_by = _training(folder).get("training_run")
-    if trained_by is not None and trained_by != run:
-        raise dg.Failure(
-            f"checkpoint {folder.name} belongs to training run {trained_by!r}, not {run!r}: evaluate it "
-            f"in partition {trained_by!r}, so each run's evaluations stay its own"
-        )
-    return folder
+    folder = checkpoint_of(instance, run) if not name else named_checkpoint(name, storage.path(EAGLE3_CHECKPOINT))
+    try:
+        return check_checkpoint(folder, run)
+    except EvalPlanError as err:
+        raise dg.Failure(str(err)) from None
 
 
-def _training(checkpoint: Path) -> dict:
-    training = checkpoint / TRAINING_FILE
-    return json.loads(training.read_text()) if training.exists() else {}
-
-
-def training_partitions(checkpoint: Path) -> list[str]:
-    return list(_training(checkpoint).get("data", {}).get("partitions", []))
-
-
-def set_label(kind: str, partitions: list[str]) -> str:
-    """A prompt set's name in metadata keys: ``heldout[demo]``, ``ood[demo_ood+mine]``."""
-    return f"{kind}[{'+'.join(partitions)}]"
-
-
-def ood_partitions(config: Eagle3EvalConfig, root: Path, log) -> list[str]:
-    """The out-of-distribution partitions: as configured (each must be evaluation-only), else every
-    evaluation-only source whose prompts are materialized."""
-    sources = dataset_sources()
-    evaluation_only = [name for name, source in sources.items() if source.evaluation_only]
-    if config.ood_partitions is not None:
-        wrong = [p for p in config.ood_partitions if p not in evaluation_only]
-        if wrong:
-            raise dg.Failure(
-                f"ood_partitions {wrong} are not evaluation-only sources (their prompts have train "
-                f"rows); the evaluation-only sources are {evaluation_only}"
-            )
-        return list(config.ood_partitions)
-    chosen = [p for p in evaluation_only if prompts_file(root, p).exists()]
-    unmaterialized = sorted(set(evaluation_only) - set(chosen))
-    if unmaterialized:
-        log.info(f"evaluation-only partitions without materialized prompts, not evaluated: {unmaterialized}")
-    return chosen
+def materialize_result(report: EvalReport, run: str, min_acceptance_length: float) -> dg.MaterializeResult:
+    """The numbers of every prompt set, their table, and where the report and greedy outputs are."""
+    plan = report.plan
+    return dg.MaterializeResult(
+        metadata={
+            **report.numbers,
+            "acceptance": dg.MetadataValue.md(acceptance_table(report.numbers, report.labels)),
+            "eval_set": plan.label,
+            "ood_eval_set": plan.ood_label or "(none)",
+            "training_run": run,
+            "min_acceptance_length": min_acceptance_length,
+            "checkpoint": dg.MetadataValue.path(str(plan.checkpoint)),
+            "report": dg.MetadataValue.path(str(report.report_file)),
+            "greedy_outputs": dg.MetadataValue.path(str(report.greedy_outputs_file)),
+            "partitions": ", ".join(plan.partitions),
+            "ood_partitions": ", ".join(plan.ood.partitions) or "(none)",
+        },
+        data_version=dg.DataVersion(report.data_version),
+    )
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
@@ -189,113 +155,41 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """
         run = context.partition_key
         checkpoint = chosen_checkpoint(context.instance, run, storage, config.checkpoint)
-        root = Path(storage.root)
-        chosen = config.partitions or training_partitions(checkpoint) or partitions.get_partition_keys()
         try:
-            trained = trained_on(checkpoint)
-            sets = [
-                require_prompts(heldout_set("in-distribution", root, chosen, config.max_prompts, trained)),
-                heldout_set(
-                    "out-of-distribution", root, ood_partitions(config, root, context.log), config.max_prompts, trained
-                ),
-            ]
-        except EvalSetError as err:
+            plan = plan_evaluation(
+                checkpoint,
+                Path(storage.root),
+                partitions=config.partitions,
+                known_partitions=partitions.get_partition_keys(),
+                ood_requested=config.ood_partitions,
+                evaluation_only=evaluation_only_sources(dataset_sources()),
+                max_prompts=config.max_prompts,
+                log=context.log,
+            )
+        except EvalPlanError as err:
             raise dg.Failure(str(err)) from None
-        heldout, ood = sets
-        for chosen_set in sets:
-            if chosen_set.excluded_trained:
-                context.log.warning(
-                    f"{chosen_set.name}: {chosen_set.excluded_trained} held-out prompts left out: "
-                    "the checkpoint trained or validated on their problem (prompts re-split after "
-                    "training, or one problem in several partitions)"
-                )
-        context.log.info(
-            f"evaluating {checkpoint} on {len(heldout.requests)} held-out prompts of {chosen} and "
-            f"{len(ood.requests)} out-of-distribution prompts of {ood.partitions}, "
-            f"K={config.num_speculative_tokens}, greedy, max_tokens {config.max_tokens}"
+        settings = AcceptanceSettings(
+            num_speculative_tokens=config.num_speculative_tokens,
+            max_tokens=config.max_tokens,
+            concurrency=config.concurrency,
+            port=config.port or vllm_server.port + 1,
+            measure_baseline=config.measure_baseline,
         )
         try:
-            result = evaluate(
-                checkpoint,
-                heldout.requests,
+            report = measure_acceptance(
+                plan,
+                settings,
                 vllm_server,
                 verifier if config.simulated else None,
-                num_speculative_tokens=config.num_speculative_tokens,
-                max_tokens=config.max_tokens,
-                concurrency=config.concurrency,
-                port=config.port or vllm_server.port + 1,
-                measure_baseline=config.measure_baseline,
-                logger=context.log,
-                ood_requests=ood.requests,
+                asset_folder(storage.root, EAGLE3_EVAL),
+                context.log,
+                training_run=run,
+                config=config.model_dump(),
+                dagster_run_id=context.run.run_id,
             )
         except EvaluationError as err:
             raise dg.Failure(str(err)) from err
-        label = set_label("heldout", chosen)
-        ood_label = set_label("ood", ood.partitions) if ood.partitions else None
-        numbers = {
-            **result.metadata_by_set(label, ood_label or "ood"),
-            f"{label}/excluded_trained": heldout.excluded_trained,
-        }
-        if ood_label:
-            numbers[f"{ood_label}/excluded_trained"] = ood.excluded_trained
-        labels = [
-            label,
-            *(f"{label}/variant[{name}]" for name in result.by_variant),
-            *([ood_label] if ood_label else []),
-        ]
-        report = {
-            "training_run": run,
-            "eval_sets": labels,
-            "checkpoint": str(checkpoint),
-            "partitions": chosen,
-            "prompt_ids": [r.prompt_id for r in heldout.requests],
-            "ood_partitions": ood.partitions,
-            "ood_prompt_ids": [r.prompt_id for r in ood.requests],
-            "config": config.model_dump(),
-            "server_model": result.served.server_model,
-            "vllm_version": result.served.vllm_version,
-            "dagster_run_id": context.run.run_id,
-            **numbers,
-        }
-        folder = storage.path(EAGLE3_EVAL) / checkpoint.name
-        write_json(report, folder / EVAL_REPORT_FILE)
-        # The verifier's greedy outputs the numbers were measured on (re-simulate other drafts on them).
-        served_sets = [(heldout.name, result.served), (ood.name, result.ood)]
-        write_parquet(
-            pa.Table.from_pylist(
-                [
-                    {
-                        "eval_set": name,
-                        "prompt_id": r["prompt_id"],
-                        "prompt_token_ids": r["prompt_token_ids"],
-                        "token_ids": r["token_ids"],
-                        "finish_reason": r["finish_reason"],
-                    }
-                    for name, served in served_sets
-                    if served is not None
-                    for r in served.ok_rows
-                ],
-                schema=OUTPUTS_SCHEMA,
-            ),
-            folder / GREEDY_OUTPUTS_FILE,
-        )
-        version = combined_hash([checkpoint.name, json.dumps(numbers, sort_keys=True)])[:16]
-        return dg.MaterializeResult(
-            metadata={
-                **numbers,
-                "acceptance": dg.MetadataValue.md(acceptance_table(numbers, labels)),
-                "eval_set": label,
-                "ood_eval_set": ood_label or "(none)",
-                "training_run": run,
-                "min_acceptance_length": config.min_acceptance_length,
-                "checkpoint": dg.MetadataValue.path(str(checkpoint)),
-                "report": dg.MetadataValue.path(str(folder / EVAL_REPORT_FILE)),
-                "greedy_outputs": dg.MetadataValue.path(str(folder / GREEDY_OUTPUTS_FILE)),
-                "partitions": ", ".join(chosen),
-                "ood_partitions": ", ".join(ood.partitions) or "(none)",
-            },
-            data_version=dg.DataVersion(version),
-        )
+        return materialize_result(report, run, config.min_acceptance_length)
 
     @dg.asset_check(
         asset=eagle3_eval,
