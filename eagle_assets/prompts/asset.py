@@ -1,29 +1,21 @@
 """The ``prompts`` asset: one dataset source, validated, de-duplicated, ided and split, as Parquet."""
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
-import time
-
 import dagster as dg
-import pyarrow as pa
 from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata
-from eagle_assets.core.checks import check_result
-from eagle_assets.core.files import write_json, write_parquet
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SKIPPED_FILE, SPLITS
-from eagle_assets.core.tables import table_version
+from eagle_assets.core.layout import PIPELINE, PROMPTS, SPLITS, asset_folder
 from eagle_assets.plugin_manager import dataset_source, load_errors
-from eagle_assets.prompts.collection import Collection, collect
-from eagle_assets.prompts.records import PROMPTS_SCHEMA, SKIP_REASONS
+from eagle_assets.prompts.checks import check_results
+from eagle_assets.prompts.records import SKIP_REASONS
 from eagle_assets.prompts.splits import DEFAULT_HELDOUT_FRACTION, DEFAULT_VALIDATION_FRACTION, SplitRule
+from eagle_assets.prompts.write import EXAMPLES_SHOWN, WrittenPrompts, write_prompts
 from eagle_assets.resources import StorageRoot
 from eagle_assets.sources import SourceUnavailable
 
 # Bump when the rows this asset writes for the same input would change.
-# What downstream depends on: ids, messages (through the id), references, splits, metadata.
-VERSIONED_COLUMNS = ("prompt_id", "reference", "split", "group_id", "metadata")
 CODE_VERSION = "prompts-2"
-EXAMPLES_SHOWN = 20
 
 
 class PromptsConfig(dg.Config):
@@ -54,13 +46,14 @@ class PromptsConfig(dg.Config):
     )
 
 
-def _unknown_source_failure(name: str, exc: KeyError) -> dg.Failure:
+def _unknown_source_failure(exc: KeyError) -> dg.Failure:
     broken = "; ".join(f"{e.plugin}: {e.error}" for e in load_errors)
     hint = f" Plugins that failed to load: {broken}." if broken else ""
     return dg.Failure(description=f"{exc.args[0]}{hint}")
 
 
-def _metadata(found: Collection, table: pa.Table, path, version: str, location: str | None, rule: SplitRule) -> dict:
+def _metadata(written: WrittenPrompts, location: str | None, rule: SplitRule) -> dict:
+    found, table = written.found, written.table
     by_reason = found.skipped_by_reason
     splits = table.column("split").to_pylist()
     meta: dict = {
@@ -74,9 +67,9 @@ def _metadata(found: Collection, table: pa.Table, path, version: str, location: 
         **{split: splits.count(split) for split in SPLITS},
         "groups": len(set(table.column("group_id").to_pylist())),
         "with_reference": table.num_rows - table.column("reference").null_count,
-        "source_version": version,
+        "source_version": written.source_version,
         "location": location or "(source default)",
-        "path": dg.MetadataValue.path(str(path)),
+        "path": dg.MetadataValue.path(str(written.path)),
         "source_complete": found.error is None,
         "evaluation_only": rule.evaluation_only,
         "validation_fraction": rule.validation_fraction,
@@ -88,35 +81,6 @@ def _metadata(found: Collection, table: pa.Table, path, version: str, location: 
     if found.error:
         meta["source_error"] = found.error
     return meta
-
-
-def check_results(found: Collection, kept: int) -> list[dg.AssetCheckResult]:
-    """``source_read_completely`` and ``has_prompts``; a failure names the counts and what to change."""
-    reasons = ", ".join(f"{n} {reason}" for reason, n in found.skipped_by_reason.most_common()) or "none"
-    return [
-        check_result(
-            found.error is None,
-            {"error": found.error or "", "rows_read": found.rows_read},
-            check_name="source_read_completely",
-            failed=found.error or "",
-            fix="repair the row the error names, set `location` to a readable copy of the dataset, or fix the "
-            "plugin; then re-materialize this partition (the rows read before the error are kept meanwhile)",
-        ),
-        check_result(
-            kept > 0,
-            {
-                "rows_kept": kept,
-                "rows_read": found.rows_read,
-                "skipped": len(found.skips),
-                "duplicates": found.duplicates,
-            },
-            check_name="has_prompts",
-            failed=f"no usable prompt: {found.rows_read} rows read, {len(found.skips)} skipped ({reasons}), "
-            f"{found.duplicates} duplicates",
-            fix="point `location` at chat prompts (rows with OpenAI `messages` or ShareGPT `conversations`); "
-            "`skipped_examples` and skipped.json say why each row was skipped",
-        ),
-    ]
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
@@ -152,51 +116,30 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         try:
             source = dataset_source(name)
         except KeyError as exc:
-            raise _unknown_source_failure(name, exc) from None
-        location = config.location
-        started = time.monotonic()
-
-        def progress(found: Collection, elapsed: float) -> None:
-            context.log.info(
-                f"{name}: {found.rows_read} rows read ({found.rows_read / elapsed:.0f}/s), "
-                f"{found.unique} unique, {found.duplicates} duplicates, {len(found.skips)} skipped"
-            )
-
+            raise _unknown_source_failure(exc) from None
         try:
             rule = SplitRule(config.validation_fraction, config.heldout_fraction, source.evaluation_only)
         except ValueError as exc:
             raise dg.Failure(description=f"prompts config: {exc}") from None
         try:
-            version = source.resolved_version(location)
-            found = collect(source, location, limit=config.limit, seed=config.seed, rule=rule, progress=progress)
+            written = write_prompts(
+                source,
+                asset_folder(storage.root, PROMPTS, name),
+                context.log,
+                location=config.location,
+                limit=config.limit,
+                seed=config.seed,
+                rule=rule,
+            )
         except SourceUnavailable as exc:
             raise dg.Failure(description=str(exc)) from None
-
-        folder = storage.path("prompts", name)
-        table = pa.Table.from_pylist([p.as_row() for p in found.prompts], schema=PROMPTS_SCHEMA)
-        path = write_parquet(table, folder / PROMPTS_FILE)
-        write_json([{"row": s.row, "reason": s.reason, "detail": s.detail} for s in found.skips], folder / SKIPPED_FILE)
-
-        for skip in found.skips[:EXAMPLES_SHOWN]:
-            context.log.warning(skip.message)
-        if len(found.skips) > EXAMPLES_SHOWN:
-            context.log.warning(
-                f"{len(found.skips) - EXAMPLES_SHOWN} more skipped rows listed in {folder / SKIPPED_FILE}"
-            )
-        if found.error:
-            context.log.error(found.error)
-        elapsed = time.monotonic() - started
-        context.log.info(
-            f"{name}: kept {table.num_rows} of {found.rows_read} rows in {elapsed:.1f}s "
-            f"({found.duplicates} duplicates, {len(found.skips)} skipped) -> {path}"
-        )
         return dg.MaterializeResult(
             metadata={
-                **_metadata(found, table, path, version, location, rule),
+                **_metadata(written, config.location, rule),
                 **asset_plan_metadata(storage.root, [name], "prompts"),
             },
-            data_version=dg.DataVersion(table_version(table, VERSIONED_COLUMNS)),
-            check_results=check_results(found, table.num_rows),
+            data_version=dg.DataVersion(written.data_version),
+            check_results=check_results(written.found, written.table.num_rows),
         )
 
     return {"assets": [prompts]}

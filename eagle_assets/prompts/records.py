@@ -78,7 +78,7 @@ class Skip:
 
 @dataclass(frozen=True)
 class Prompt:
-    """One row of the ``prompts`` table (see the Parquet schema in ``eagle_assets.prompts.asset``)."""
+    """One row of the ``prompts`` table (its Parquet schema: :data:`PROMPTS_SCHEMA`)."""
 
     prompt_id: str
     source: str

@@ -80,6 +80,10 @@ def split_for(
     return TRAIN
 
 
+class MissingPrompts(FileNotFoundError):
+    """A partition's prompts table is missing, or predates a column its readers need: materialize it."""
+
+
 @dataclass(frozen=True)
 class SplitRule:
     """How the ``prompts`` asset splits one partition. ``evaluation_only``: a source that is an
@@ -101,14 +105,20 @@ class SplitRule:
 def read_current_splits(storage_root: Path, partition: str) -> dict[str, tuple[str, str]]:
     """``prompt_id -> (split, group_id)`` from the partition's current prompts table.
 
-    Raises :class:`FileNotFoundError` naming the asset to materialize when there is no table.
+    Raises :class:`MissingPrompts` (a :class:`FileNotFoundError`) naming the asset to materialize when there
+    is no table.
     """
-    path = prompts_file(storage_root, partition)
+    return read_splits(prompts_file(storage_root, partition))
+
+
+def read_splits(path: Path) -> dict[str, tuple[str, str]]:
+    """:func:`read_current_splits` of the prompts table at ``path`` (``<root>/prompts/<partition>/prompts.parquet``)."""
+    path, partition = Path(path), Path(path).parent.name
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: materialize prompts for partition '{partition}' first")
+        raise MissingPrompts(f"{path} is missing: materialize prompts for partition '{partition}' first")
     table = pq.read_table(path)
     if "group_id" not in table.column_names:
-        raise FileNotFoundError(
+        raise MissingPrompts(
             f"{path} predates problem groups (no group_id column): re-materialize prompts for partition '{partition}'"
         )
     return dict(

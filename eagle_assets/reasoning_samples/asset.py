@@ -1,44 +1,31 @@
 """The ``reasoning_samples`` asset: the verifier's own thinking and answers, with the exact tokens."""
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
-import json
-import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from eagle_assets.capacity import asset_plan_metadata
-from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SPLITS
-from eagle_assets.core.tables import table_version
-from eagle_assets.reasoning_samples.capture import capture
-from eagle_assets.reasoning_samples.engine import ClientSettings, ServerUnavailable
-from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES, REMEDIES, QualityRules, count_classes
-from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
-from eagle_assets.reasoning_samples.store import (
-    VERSIONED_COLUMNS,
-    done_prompt_ids,
-    done_turns,
-    load_samples,
-    with_classes,
-    write_quality,
-    write_turn_mode,
+from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, REASONING_SAMPLES, SPLITS, asset_folder
+from eagle_assets.prompts.splits import MissingPrompts
+from eagle_assets.reasoning_samples.capture_partition import CapturedPartition, CaptureSettings, capture_partition
+from eagle_assets.reasoning_samples.checks import (
+    error_rate_check_result,
+    quality_check_result,
+    truncation_check_result,
 )
-from eagle_assets.reasoning_samples.turns import Conversation, pending_conversations, turn_count
-from eagle_assets.reasoning_samples.variants import SamplingVariant, assign_variant, validate_variants, write_variants
+from eagle_assets.reasoning_samples.engine import ClientSettings, ServerUnavailable
+from eagle_assets.reasoning_samples.quality import QualityRules
+from eagle_assets.reasoning_samples.requests import Sampling
+from eagle_assets.reasoning_samples.variants import SamplingVariant, validate_variants
 from eagle_assets.resources import StorageRoot, VLLMServer
-from eagle_assets.resources.vllm_server import VLLMServerError
+from eagle_assets.resources.server_lifecycle import VLLMServerError
 
 # Bump when the rows this asset writes for the same input would change.
 CODE_VERSION = "reasoning_samples-2"
-PERCENTILES = (50, 90, 99)
-EXAMPLES_PER_CLASS = 3
 
 
 class SamplingVariantConfig(dg.Config):
@@ -139,6 +126,19 @@ class ReasoningSamplesConfig(dg.Config):
     def variants(self) -> list[SamplingVariant]:
         return [v.variant() for v in self.sampling_variants]
 
+    def capture_settings(self) -> CaptureSettings:
+        sampling = Sampling(self.temperature, self.top_p, self.max_tokens, self.seed, dict(self.chat_template_kwargs))
+        return CaptureSettings(
+            splits=list(self.splits),
+            turns=self.turns,
+            sampling=sampling,
+            variants=self.variants(),
+            rules=self.quality_rules(),
+            rows_per_shard=self.shard_rows,
+            flush_interval_s=self.flush_interval_s,
+            progress_interval_s=self.progress_interval_s,
+        )
+
     @field_validator("sampling_variants")
     @classmethod
     def _valid_variants(cls, value: list[SamplingVariantConfig]) -> list[SamplingVariantConfig]:
@@ -154,131 +154,26 @@ class ReasoningSamplesConfig(dg.Config):
         return value
 
 
-def _read_prompts(storage: StorageRoot, partition: str, splits: list[str]) -> pa.Table:
-    path = storage.path("prompts", partition) / PROMPTS_FILE
-    if not path.exists():
-        raise dg.Failure(
-            description=f"no prompts for partition {partition!r} at {path}: materialize the `prompts` asset "
-            "for this partition first."
-        )
-    table = pq.read_table(path, columns=["prompt_id", "messages", "split"])
-    return table.filter(pc.is_in(table["split"], pa.array(splits)))
+def _metadata(captured: CapturedPartition, settings: CaptureSettings, folder: Path) -> dict:
+    return {
+        "dagster/row_count": captured.samples.num_rows,
+        **captured.counts,
+        "path": dg.MetadataValue.path(str(folder)),
+        "turns": settings.turns,
+        **captured.quality,
+        "quality_examples": dg.MetadataValue.md(captured.quality_examples),
+        "quality_rules": dg.MetadataValue.json(settings.rules.as_dict()),
+    }
 
 
-def _percentiles(name: str, values: np.ndarray) -> dict:
-    if values.size == 0:
+def _variant_metadata(captured: CapturedPartition, settings: CaptureSettings) -> dict:
+    """The variants (lineage) and how many ok samples each holds, by the variant each row names."""
+    if not settings.variants:
         return {}
-    return {f"{name}_p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
-
-
-def _metadata(samples: pa.Table, prompts: int, selected: int, path, run: dict) -> dict:
-    """Counts over ``samples``; ``selected`` is what should have a row: the ``prompts``, or their turns with
-    ``turns: all``."""
-    ok = samples.filter(pc.equal(samples["status"], "ok"))
-    n_ok = ok.num_rows
-    completion = ok["completion_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
-    reasoning_chars = pc.fill_null(pc.utf8_length(ok["reasoning"]), 0).to_numpy(zero_copy_only=False)
-    truncated = int(pc.sum(ok["truncated"]).as_py() or 0)
     return {
-        "dagster/row_count": samples.num_rows,
-        "prompts_selected": prompts,
-        "requests_selected": selected,
-        "ok": n_ok,
-        "errors": samples.num_rows - n_ok,
-        "missing": selected - samples.num_rows,
-        "truncated": truncated,
-        "unfinished_thinking": int(pc.sum(ok["unfinished_thinking"]).as_py() or 0),
-        "truncation_rate": truncated / n_ok if n_ok else 0.0,
-        "error_rate": (selected - n_ok) / selected if selected else 0.0,
-        "prompt_tokens_total": int(pc.sum(ok["prompt_tokens"]).as_py() or 0),
-        "completion_tokens_total": int(completion.sum()),
-        **_percentiles("completion_tokens", completion),
-        **_percentiles("reasoning_chars", reasoning_chars),
-        **run,
-        "path": dg.MetadataValue.path(str(path)),
+        "sampling_variants": dg.MetadataValue.json([asdict(v) for v in settings.variants]),
+        **{f"variant/{name}/ok_samples": count for name, count in captured.variant_ok_samples.items()},
     }
-
-
-def _short_text(row: dict, chars: int = 80) -> str:
-    """The end of what the sample says: its answer, else its thinking, else its error."""
-    text = " ".join((row["content"] or row["reasoning"] or row["error"] or "").split())
-    return text if len(text) <= chars else "…" + text[-chars:]
-
-
-def _quality_metadata(samples: pa.Table) -> dict:
-    """Count and share per class (numbers, so the UI plots them over materializations) and examples."""
-    counts = count_classes(samples["quality"].to_pylist())
-    total = max(samples.num_rows, 1)
-    lines = ["| class | samples | share | examples |", "|---|---|---|---|"]
-    for name in QUALITY_CLASSES:
-        rows = samples.filter(pc.equal(samples["quality"], name)).slice(0, EXAMPLES_PER_CLASS).to_pylist()
-        examples = "<br>".join(f"`{r['prompt_id'][:12]}` {_short_text(r)}" for r in rows)
-        lines.append(f"| {name} | {counts[name]} | {counts[name] / total:.1%} | {examples} |")
-    return {
-        **{f"quality/{name}": counts[name] for name in QUALITY_CLASSES},
-        **{f"quality/{name}_share": counts[name] / total for name in QUALITY_CLASSES},
-        "quality/non_ok_share": (samples.num_rows - counts["ok"]) / total,
-        "quality_examples": dg.MetadataValue.md("\n".join(lines)),
-    }
-
-
-def error_rate_check_result(meta: dict, limit: float, examples: list[str]) -> dg.AssetCheckResult:
-    """Selected prompts without an ok sample against `limit`; a failure names the counts and the first errors."""
-    rate = meta["error_rate"]
-    return check_result(
-        rate <= limit,
-        {
-            "error_rate": rate,
-            "limit": limit,
-            "errors": meta["errors"],
-            "missing": meta["missing"],
-            "examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in examples) or "none"),
-        },
-        check_name="error_rate_below_limit",
-        failed=f"{rate:.1%} of {meta['requests_selected']} selected prompts (turns) have no ok sample ({meta['errors']} "
-        f"errors, {meta['missing']} never captured), above max_error_rate {limit:.1%}",
-        fix="re-materialize reasoning_samples: it retries only those prompts (the errors are in `examples` and "
-        "the run log); for timeouts raise request_timeout_s or lower concurrency; to train on fewer samples, "
-        "raise max_error_rate",
-    )
-
-
-def truncation_check_result(meta: dict, limit: float, max_tokens: int) -> dg.AssetCheckResult:
-    """Ok samples cut at max_tokens against `limit` (a warning: cut samples are still the verifier's text)."""
-    rate = meta["truncation_rate"]
-    return check_result(
-        rate <= limit,
-        {"truncation_rate": rate, "limit": limit, "truncated": meta["truncated"], "max_tokens": max_tokens},
-        check_name="truncation_rate_below_limit",
-        severity=dg.AssetCheckSeverity.WARN,
-        failed=f"{meta['truncated']} of {meta['ok']} ok samples ({rate:.1%}) stopped at max_tokens={max_tokens}, "
-        f"above max_truncation_rate {limit:.1%}",
-        fix="raise max_tokens (and vllm_server.max_model_len to fit prompt + max_tokens) and re-materialize, or "
-        "raise max_truncation_rate; token_sequences' quality_policy.truncated decides whether cut samples train",
-    )
-
-
-def quality_check_result(meta: dict, limit: float) -> dg.AssetCheckResult:
-    """The non-ok share against `limit`; a failure names the classes, their shares and what to change."""
-    share = meta["quality/non_ok_share"]
-    found = sorted(
-        ((meta[f"quality/{name}_share"], name) for name in QUALITY_CLASSES if name != "ok" and meta[f"quality/{name}"]),
-        reverse=True,
-    )
-    return check_result(
-        share <= limit,
-        {
-            "non_ok_share": share,
-            "limit": limit,
-            **{f"{name}_share": value for value, name in found},
-            **{name: meta[f"quality/{name}"] for _, name in found},
-        },
-        check_name="quality_non_ok_share_below_limit",
-        severity=dg.AssetCheckSeverity.WARN,
-        failed=f"{share:.1%} of the samples are not ok, above max_non_ok_share {limit:.1%}: "
-        + ", ".join(f"{name} {value:.1%}" for value, name in found),
-        fix="\n".join(f"- {name}: {REMEDIES[name]}" for _, name in found),
-    )
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
@@ -327,142 +222,44 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         the shards; `eagle_assets.reasoning_samples.quality` says which class wins when several apply).
         """
         name = context.partition_key
-        prompts = _read_prompts(storage, name, config.splits)
-        folder = storage.path("reasoning_samples", name)
-        sampling = Sampling(
-            config.temperature, config.top_p, config.max_tokens, config.seed, dict(config.chat_template_kwargs)
+        settings = config.capture_settings()
+        folder = asset_folder(storage.root, REASONING_SAMPLES, name)
+        client = ClientSettings(
+            concurrency=config.concurrency,
+            request_timeout_s=config.request_timeout_s,
+            max_retries=config.max_retries,
+            api_key=vllm_server.api_key(),
         )
-        variants = config.variants()
-        write_variants(folder, variants)
-        write_turn_mode(folder, config.turns)  # from now on readers see this mode's rows only
-        rows = list(
-            zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist())
-        )
-        todo: list[PromptRequest] | list[Conversation]
-        if config.turns == "all":
-            todo = [
-                replace(c, sampling=_variant_sampling(c.prompt_id, variants, sampling))
-                for c in pending_conversations(rows, done_turns(folder))
-            ]
-            selected = sum(turn_count(messages) for _, messages, _ in rows)
-            to_ask = sum(c.turns_left for c in todo)
-            context.log.info(
-                f"{name}: {len(rows)} conversations ({selected} turns) in splits {config.splits}, "
-                f"{selected - to_ask} turns already captured, {to_ask} to capture in "
-                f"{len(todo)} conversations"
+        try:
+            captured = capture_partition(
+                storage.path("prompts", name) / PROMPTS_FILE,
+                folder,
+                name,
+                settings,
+                client,
+                lambda: vllm_server.serve(log=context.log),
+                context.log,
+                reasoning_parser=vllm_server.reasoning_parser,
             )
-        else:
-            done = done_prompt_ids(folder)
-            todo = [
-                PromptRequest(pid, messages, split, _variant_sampling(pid, variants, sampling))
-                for pid, messages, split in rows
-                if pid not in done
-            ]
-            selected = len(rows)
-            context.log.info(
-                f"{name}: {len(rows)} prompts in splits {config.splits}, "
-                f"{len(rows) - len(todo)} already captured, {len(todo)} to capture"
-            )
-        run: dict = {"captured_this_run": 0}
-        if todo:
-            settings = ClientSettings(
-                concurrency=config.concurrency,
-                request_timeout_s=config.request_timeout_s,
-                max_retries=config.max_retries,
-                api_key=vllm_server.api_key(),
-            )
-            started = time.monotonic()
-            try:
-                with vllm_server.serve(log=context.log) as base_urls:
-                    report = capture(
-                        base_urls,
-                        todo,
-                        folder,
-                        sampling,
-                        settings,
-                        context.log.info,
-                        rows_per_shard=config.shard_rows,
-                        flush_interval_s=config.flush_interval_s,
-                        progress_interval_s=config.progress_interval_s,
-                        label=f"reasoning_samples[{name}]",
-                    )
-            except (ServerUnavailable, VLLMServerError) as exc:
-                raise dg.Failure(
-                    description=f"{exc}\nSamples finished so far are kept in {folder}; re-materialize to resume."
-                ) from None
-            progress = report.progress
-            run = {
-                "captured_this_run": progress.done,
-                "errors_this_run": progress.errors,
-                "http_attempts": report.http_attempts,
-                "http_retries": max(report.http_attempts - progress.done, 0),
-                "requests_per_s": progress.requests_per_s,
-                "output_tokens_per_s": progress.tokens_per_s,
-                "capture_s": progress.elapsed_s,
-                "wall_s": time.monotonic() - started,
-                "server_model": report.server_model,
-                "vllm_version": report.vllm_version,
-                "reasoning_parser": vllm_server.reasoning_parser or "none",
-            }
-
-        samples = load_samples(folder)
-        # Every row of the folder is (re)classified by the current rules: token_sequences reads them all.
-        rules = config.quality_rules()
-        samples = with_classes(samples, write_quality(folder, samples, rules))
-        samples = samples.filter(pc.is_in(samples["prompt_id"], prompts["prompt_id"]))
+        except MissingPrompts as exc:
+            raise dg.Failure(description=str(exc)) from None
+        except (ServerUnavailable, VLLMServerError) as exc:
+            raise dg.Failure(
+                description=f"{exc}\nSamples finished so far are kept in {folder}; re-materialize to resume."
+            ) from None
         meta = {
-            **_metadata(samples, len(rows), selected, folder, run),
-            "turns": config.turns,
-            **_quality_metadata(samples),
-            "quality_rules": dg.MetadataValue.json(rules.as_dict()),
+            **_metadata(captured, settings, folder),
             **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
-            **_variant_metadata(samples, variants),
+            **_variant_metadata(captured, settings),
         }
-        context.log.info(
-            f"{name}: quality "
-            + ", ".join(
-                f"{cls} {meta[f'quality/{cls}_share']:.1%}" for cls in QUALITY_CLASSES if meta[f"quality/{cls}"]
-            )
-        )
-        for message in _error_examples(samples):
-            context.log.warning(message)
         return dg.MaterializeResult(
             metadata=meta,
-            data_version=dg.DataVersion(table_version(samples, VERSIONED_COLUMNS)),
+            data_version=dg.DataVersion(captured.data_version),
             check_results=[
-                error_rate_check_result(meta, config.max_error_rate, _error_examples(samples, shown=5)),
+                error_rate_check_result(meta, config.max_error_rate, captured.error_examples[:5]),
                 truncation_check_result(meta, config.max_truncation_rate, config.max_tokens),
                 quality_check_result(meta, config.max_non_ok_share),
             ],
         )
 
     return {"assets": [reasoning_samples]}
-
-
-def _variant_sampling(prompt_id: str, variants: list, sampling: Sampling) -> Sampling | None:
-    variant = assign_variant(prompt_id, variants)
-    return None if variant is None else variant.sampling(sampling)
-
-
-def _variant_metadata(samples: pa.Table, variants: list) -> dict:
-    """The variants (lineage) and how many ok samples each holds, by the variant each row names."""
-    if not variants:
-        return {}
-    counts = {v.name: 0 for v in variants}
-    ok = samples.filter(pc.equal(samples["status"], "ok"))
-    for sampling in ok["sampling"].to_pylist():
-        name = json.loads(sampling).get("variant") if sampling else None
-        if name in counts:
-            counts[name] += 1
-    return {
-        "sampling_variants": dg.MetadataValue.json([asdict(v) for v in variants]),
-        **{f"variant/{name}/ok_samples": count for name, count in counts.items()},
-    }
-
-
-def _error_examples(samples: pa.Table, shown: int = 10) -> list[str]:
-    errors = samples.filter(pc.equal(samples["status"], "error"))
-    return [
-        f"prompt {pid}: {error} (retried on the next materialization)"
-        for pid, error in zip(errors["prompt_id"].to_pylist()[:shown], errors["error"].to_pylist()[:shown])
-    ]
