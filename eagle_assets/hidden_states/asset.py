@@ -26,7 +26,7 @@ from eagle_assets.hidden_states.extract import (
 from eagle_assets.resources import StorageRoot, Verifier
 
 # Bump when the files this asset writes for the same input would change.
-CODE_VERSION = "hidden_states-3"
+CODE_VERSION = "hidden_states-4"
 
 
 class HiddenStatesConfig(dg.Config):

@@ -234,7 +234,11 @@ class ShardWriter:
             self._pending.append(self._pool.submit(self._write, rows, self.folder / name))
 
     def _write(self, rows: list[dict], path: Path) -> None:
-        write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        # A row that names no turn answers its conversation's last turn (a `turns: last` row).
+        turn = SCHEMA.get_field_index("turn")
+        table = table.set_column(turn, SCHEMA.field(turn), pc.fill_null(table["turn"], LAST_TURN_ONLY))
+        write_parquet(table, path)
         self.rows_written += len(rows)
         self.shards_written += 1
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from eagle_assets.core.files import write_parquet
+from eagle_assets.core.layout import LAST_TURN_ONLY
 from eagle_assets.reasoning_samples.asset import quality_check_result
 from eagle_assets.reasoning_samples.engine import CaptureEngine
 from eagle_assets.reasoning_samples.parsing import parse_completion
@@ -102,9 +103,18 @@ def test_precedence_follows_the_documented_order():
 
 def test_parse_completion_places_the_thinking_end_by_marker_ids_or_by_the_parser():
     def body(token_ids, reasoning, content, finish="stop", usage=None):
-        return {"model": "m", "prompt_token_ids": [1, START], "usage": usage or {},
-                "choices": [{"message": {"reasoning": reasoning, "content": content}, "finish_reason": finish,
-                             "token_ids": token_ids}]}
+        return {
+            "model": "m",
+            "prompt_token_ids": [1, START],
+            "usage": usage or {},
+            "choices": [
+                {
+                    "message": {"reasoning": reasoning, "content": content},
+                    "finish_reason": finish,
+                    "token_ids": token_ids,
+                }
+            ],
+        }
 
     # The parser's text split cannot tell "closed, empty answer" from "never closed"; the ids can.
     empty = parse_completion(body([7, 8, END, STOP], "seven eight", None), MARKERS)
@@ -128,8 +138,11 @@ def test_the_engine_asks_the_server_for_the_marker_ids():
 
     engine = CaptureEngine(["http://a/v1"], Sampling(), transport=httpx.MockTransport(server))
     assert asyncio.run(engine.resolve_think_markers()) == MARKERS
-    multi = CaptureEngine(["http://a/v1"], Sampling(),
-                          transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"tokens": [60, 61]})))
+    multi = CaptureEngine(
+        ["http://a/v1"],
+        Sampling(),
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"tokens": [60, 61]})),
+    )
     assert asyncio.run(multi.resolve_think_markers()) is None  # not one token: the parser's split is used
 
 
@@ -138,16 +151,30 @@ SHARD_1, SHARD_2 = "shard-00000000000000000001-1-000001.parquet", "shard-0000000
 
 
 def row(prompt_id: str, token_ids, finish="stop", content="answer", finished_at=1.0, **fields) -> dict:
-    return {"prompt_id": prompt_id, "split": "train", "status": "ok", "finish_reason": finish, "content": content,
-            "reasoning": "thinking", "prompt_token_ids": [1, START], "token_ids": token_ids,
-            "completion_tokens": len(token_ids), "truncated": finish == "length", "finished_at": finished_at,
-            **fields}
+    return {
+        "prompt_id": prompt_id,
+        "turn": LAST_TURN_ONLY,
+        "split": "train",
+        "status": "ok",
+        "finish_reason": finish,
+        "content": content,
+        "reasoning": "thinking",
+        "prompt_token_ids": [1, START],
+        "token_ids": token_ids,
+        "completion_tokens": len(token_ids),
+        "truncated": finish == "length",
+        "finished_at": finished_at,
+        **fields,
+    }
 
 
 def test_shards_from_before_the_classes_load_are_classified_on_read_and_resume(tmp_path):
     old_schema = pa.schema([f for f in SCHEMA if f.name != "thinking_tokens"])
-    rows = [row("a", reply()), row("b", prose(30), finish="length", content=None, unfinished_thinking=True),
-            row("c", prose(20) + [21, 22, 23] * 30, finish="length")]
+    rows = [
+        row("a", reply()),
+        row("b", prose(30), finish="length", content=None, unfinished_thinking=True),
+        row("c", prose(20) + [21, 22, 23] * 30, finish="length"),
+    ]
     write_parquet(pa.Table.from_pylist(rows, schema=old_schema), tmp_path / SHARD_1)
 
     assert done_prompt_ids(tmp_path) == {"a", "b", "c"}  # resume still skips them
@@ -158,16 +185,23 @@ def test_shards_from_before_the_classes_load_are_classified_on_read_and_resume(t
 
 
 def test_stored_classes_are_used_and_a_newer_row_of_a_prompt_is_classified_anew(tmp_path):
-    write_parquet(pa.Table.from_pylist([row("a", reply(thinking=3), thinking_tokens=3),
-                                        row("b", reply(), thinking_tokens=20)], schema=SCHEMA),
-                  tmp_path / SHARD_1)
+    write_parquet(
+        pa.Table.from_pylist(
+            [row("a", reply(thinking=3), thinking_tokens=3), row("b", reply(), thinking_tokens=20)], schema=SCHEMA
+        ),
+        tmp_path / SHARD_1,
+    )
     write_quality(tmp_path, load_samples(tmp_path), RULES)
     samples, rules = load_classified(tmp_path)
     assert rules == RULES and samples["quality"].to_pylist() == ["trivial_reasoning", "ok"]
     # "a" is captured again (a newer row): its stored class belongs to the older row.
-    write_parquet(pa.Table.from_pylist([row("a", prose(30), finish="length", content=None, unfinished_thinking=True,
-                                            finished_at=2.0)], schema=SCHEMA),
-                  tmp_path / SHARD_2)
+    write_parquet(
+        pa.Table.from_pylist(
+            [row("a", prose(30), finish="length", content=None, unfinished_thinking=True, finished_at=2.0)],
+            schema=SCHEMA,
+        ),
+        tmp_path / SHARD_2,
+    )
     samples, _ = load_classified(tmp_path)
     assert samples["quality"].to_pylist() == ["unfinished_thinking", "ok"]
 
@@ -177,7 +211,8 @@ def classified_table(rows: list[dict]) -> pa.Table:
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     classes = [verdict(r["token_ids"], r["finish_reason"], r["content"]) for r in rows]
     return table.append_column("quality", pa.array([v.quality for v in classes])).append_column(
-        "loop_start", pa.array([v.loop_start for v in classes], pa.int32()))
+        "loop_start", pa.array([v.loop_start for v in classes], pa.int32())
+    )
 
 
 def no_render(*_):
@@ -186,8 +221,14 @@ def no_render(*_):
 
 def test_policy_drops_keeps_or_cuts_per_class():
     loop_ids = prose(20) + [21, 22, 23] * 30
-    samples = classified_table([row("ok", reply()), row("cut", prose(30), finish="length", content=None),
-                                row("loop", loop_ids, finish="length"), row("all-loop", [21, 22, 23] * 30)])
+    samples = classified_table(
+        [
+            row("ok", reply()),
+            row("cut", prose(30), finish="length", content=None),
+            row("loop", loop_ids, finish="length"),
+            row("all-loop", [21, 22, 23] * 30),
+        ]
+    )
     splits = dict.fromkeys(["ok", "cut", "loop", "all-loop"], "train")
     kept = build_rows(samples, {}, splits, no_render, Policy(1000, "truncate", ("train",)))
     assert kept.prompt_ids == ["ok", "cut", "loop", "all-loop"] and not kept.skipped
@@ -201,10 +242,19 @@ def test_policy_drops_keeps_or_cuts_per_class():
 
 
 def test_failed_quality_check_names_the_classes_their_shares_and_what_to_change():
-    meta = {"quality/non_ok_share": 0.5, **{f"quality/{c}": 0 for c in QUALITY_CLASSES},
-            **{f"quality/{c}_share": 0.0 for c in QUALITY_CLASSES}}
-    meta.update({"quality/unfinished_thinking": 3, "quality/unfinished_thinking_share": 0.375,
-                 "quality/repetition_loop": 1, "quality/repetition_loop_share": 0.125})
+    meta = {
+        "quality/non_ok_share": 0.5,
+        **{f"quality/{c}": 0 for c in QUALITY_CLASSES},
+        **{f"quality/{c}_share": 0.0 for c in QUALITY_CLASSES},
+    }
+    meta.update(
+        {
+            "quality/unfinished_thinking": 3,
+            "quality/unfinished_thinking_share": 0.375,
+            "quality/repetition_loop": 1,
+            "quality/repetition_loop_share": 0.125,
+        }
+    )
     result = quality_check_result(meta, limit=0.2)
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
     assert result.metadata["unfinished_thinking_share"].value == 0.375 and result.metadata["repetition_loop"].value == 1
