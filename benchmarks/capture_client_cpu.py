@@ -45,13 +45,28 @@ def serve(port: int, completion_tokens: int) -> None:
 
     from aiohttp import web
 
-    answer = json.dumps({
-        "id": "chatcmpl-0", "object": "chat.completion", "created": 0, "model": "canned",
-        "choices": [{"index": 0, "finish_reason": "length", "token_ids": list(range(1000, 1000 + completion_tokens)),
-                     "message": {"role": "assistant", "content": "", "reasoning": "word " * completion_tokens}}],
-        "prompt_token_ids": list(range(80)),
-        "usage": {"prompt_tokens": 80, "completion_tokens": completion_tokens,
-                  "total_tokens": 80 + completion_tokens}}).encode()
+    answer = json.dumps(
+        {
+            "id": "chatcmpl-0",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "canned",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "length",
+                    "token_ids": list(range(1000, 1000 + completion_tokens)),
+                    "message": {"role": "assistant", "content": "", "reasoning": "word " * completion_tokens},
+                }
+            ],
+            "prompt_token_ids": list(range(80)),
+            "usage": {
+                "prompt_tokens": 80,
+                "completion_tokens": completion_tokens,
+                "total_tokens": 80 + completion_tokens,
+            },
+        }
+    ).encode()
 
     async def chat(request: web.Request) -> web.Response:
         await request.read()
@@ -72,8 +87,10 @@ def serve(port: int, completion_tokens: int) -> None:
 
 
 def prompts(n: int) -> list[tuple[str, list[dict]]]:
-    return [(f"{i:016x}", [{"role": "user", "content": f"Question {i}: " + "explain this step by step. " * 8}])
-            for i in range(n)]
+    return [
+        (f"{i:016x}", [{"role": "user", "content": f"Question {i}: " + "explain this step by step. " * 8}])
+        for i in range(n)
+    ]
 
 
 def cpu_seconds() -> float:
@@ -88,12 +105,19 @@ def run_variant(name: str, base_url: str, n: int, concurrency: int, out: Path) -
     sys.path.insert(0, str(ROOT))
     if name == "engine":
         from eagle_assets.reasoning_samples.capture import capture
-        from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling
+        from eagle_assets.reasoning_samples.engine import ClientSettings
+        from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 
         requests = [PromptRequest(pid, messages, "train") for pid, messages in prompts(n)]
         started = cpu_seconds()
-        report = capture([base_url], requests, out, Sampling(temperature=0.6, top_p=0.95, max_tokens=256),
-                         ClientSettings(concurrency=concurrency), log=lambda _: None)
+        report = capture(
+            [base_url],
+            requests,
+            out,
+            Sampling(temperature=0.6, top_p=0.95, max_tokens=256),
+            ClientSettings(concurrency=concurrency),
+            log=lambda _: None,
+        )
         if report.progress.ok != n:
             raise SystemExit(f"{name}: {report.progress.ok} of {n} ok")
         return cpu_seconds() - started
@@ -103,22 +127,41 @@ def run_variant(name: str, base_url: str, n: int, concurrency: int, out: Path) -
     import aiohttp
 
     def body(messages: list[dict]) -> dict:
-        return {"model": "canned", "messages": messages, "max_tokens": 256, "temperature": 0.6, "top_p": 0.95,
-                "return_token_ids": True}
+        return {
+            "model": "canned",
+            "messages": messages,
+            "max_tokens": 256,
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "return_token_ids": True,
+        }
 
     def row(pid: str, answer: dict) -> str:
         prompt_ids, completion = answer["prompt_token_ids"], answer["choices"][0]["token_ids"]
-        return json.dumps({"id": pid, "input_ids": prompt_ids + completion,
-                           "loss_mask": [0] * len(prompt_ids) + [1] * len(completion)}) + "\n"
+        return (
+            json.dumps(
+                {
+                    "id": pid,
+                    "input_ids": prompt_ids + completion,
+                    "loss_mask": [0] * len(prompt_ids) + [1] * len(completion),
+                }
+            )
+            + "\n"
+        )
 
     if name == "sdk-loop":
         import openai
+
         from eagle_assets.reasoning_samples.sdk_http import httpx
 
         async def sdk_loop() -> None:
             limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-            client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=4,
-                                        http_client=openai.DefaultAioHttpClient(limits=limits))
+            client = openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key="EMPTY",
+                max_retries=4,
+                http_client=openai.DefaultAioHttpClient(limits=limits),
+            )
             pending = iter(prompts(n))
             with open(out.with_suffix(".jsonl"), "w") as sink:
 
@@ -175,15 +218,18 @@ def main() -> None:
     if args.serve:
         return serve(args.serve, args.completion_tokens)
     if args.variant:
-        print(json.dumps({"cpu_s": run_variant(args.variant, args.base_url, args.requests, args.concurrency, args.out)}))
+        print(
+            json.dumps({"cpu_s": run_variant(args.variant, args.base_url, args.requests, args.concurrency, args.out)})
+        )
         return
 
     import tempfile
     import urllib.request
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port),
-                               "--completion-tokens", str(args.completion_tokens)])
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), "--completion-tokens", str(args.completion_tokens)]
+    )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         for _ in range(100):
@@ -198,9 +244,24 @@ def main() -> None:
                 order = VARIANTS if i % 2 == 0 else VARIANTS[::-1]
                 for name in order:
                     run = subprocess.run(
-                        [sys.executable, __file__, "--variant", name, "--base-url", base_url, "--out",
-                         str(Path(tmp) / f"{name}-{i}"), "--requests", str(args.requests),
-                         "--concurrency", str(args.concurrency)], capture_output=True, text=True, check=True)
+                        [
+                            sys.executable,
+                            __file__,
+                            "--variant",
+                            name,
+                            "--base-url",
+                            base_url,
+                            "--out",
+                            str(Path(tmp) / f"{name}-{i}"),
+                            "--requests",
+                            str(args.requests),
+                            "--concurrency",
+                            str(args.concurrency),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
                     per_request = 1000 * json.loads(run.stdout.splitlines()[-1])["cpu_s"] / args.requests
                     if i >= 0:
                         ms[name].append(per_request)
@@ -208,13 +269,17 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
-    print(f"requests={args.requests} concurrency={args.concurrency} completion_tokens={args.completion_tokens} "
-          f"repeats={args.repeats} order=alternating server=canned (20-80 ms per answer, another process)")
+    print(
+        f"requests={args.requests} concurrency={args.concurrency} completion_tokens={args.completion_tokens} "
+        f"repeats={args.repeats} order=alternating server=canned (20-80 ms per answer, another process)"
+    )
     median = {name: statistics.median(values) for name, values in ms.items()}
     for name, values in ms.items():
         spread = (max(values) - min(values)) / median[name]
-        print(f"{name}: median {median[name]:.3f} ms CPU per request (runs {' '.join(f'{v:.3f}' for v in values)}; "
-              f"spread {spread:.1%})")
+        print(
+            f"{name}: median {median[name]:.3f} ms CPU per request (runs {' '.join(f'{v:.3f}' for v in values)}; "
+            f"spread {spread:.1%})"
+        )
     print(f"engine_vs_sdk_ratio={median['engine'] / median['sdk-loop']:.3f}")
     print(f"client_cpu_ratio={median['engine'] / median['aiohttp-loop']:.3f}")
 

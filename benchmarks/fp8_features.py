@@ -26,9 +26,9 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 
+from eagle_assets.core.layout import INDEX_FILE
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import run_demo, summarize
-from eagle_assets.hidden_states.files import INDEX_FILE
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
 DTYPES = ("bfloat16", "fp8")
@@ -57,8 +57,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(".benchmarks/fp8_features"))
     parser.add_argument("--partition", default="demo")
-    parser.add_argument("--port", type=int, default=0, help="vLLM port (the evaluation takes the next one); "
-                        "0 = the vllm_server resource's default.")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="vLLM port (the evaluation takes the next one); 0 = the vllm_server resource's default.",
+    )
     args = parser.parse_args()
 
     root = args.root.resolve()
@@ -77,8 +81,9 @@ def main() -> None:
                     print(f"[{dtype}]   {line}", flush=True)
 
             # Each dtype its own training run (same recipe), so each keeps its own checkpoint and evaluation.
-            runs = run_demo(build_definitions(overrides), instance, args.partition, report,
-                            training_run=f"fp8-benchmark-{dtype}")
+            runs = run_demo(
+                build_definitions(overrides), instance, args.partition, report, training_run=f"fp8-benchmark-{dtype}"
+            )
             hs = run_metadata(runs, "hidden_states")
             if hs.get("feature_dtype") != dtype:
                 raise SystemExit(f"the {dtype} run did not materialize {dtype} hidden states")
@@ -89,20 +94,43 @@ def main() -> None:
             evaluation.update({k.removeprefix(held): v for k, v in evaluation.items() if k.startswith(held)})
             if Path(evaluation["checkpoint"]) != Path(checkpoint["path"]):
                 raise SystemExit(f"the {dtype} run's evaluation is not of its checkpoint")
-            results[dtype] = {"hs": hs, "bytes_per_token": per_token, "bytes": size, "tokens": tokens,
-                              "checkpoint": checkpoint, "eval": evaluation}
+            results[dtype] = {
+                "hs": hs,
+                "bytes_per_token": per_token,
+                "bytes": size,
+                "tokens": tokens,
+                "checkpoint": checkpoint,
+                "eval": evaluation,
+            }
 
     k = results["bfloat16"]["eval"]["num_speculative_tokens"]
-    print(f"\n'{args.partition}': {results['bfloat16']['tokens']} tokens of features; K={k}, greedy, "
-          f"{results['bfloat16']['eval'].get('prompts_evaluated')} held-out prompts; tau = 1 + accepted/drafts")
-    header = ["features", "bytes/token (disk)", "bytes/token (model)", "feature bytes", "val_full_acc_0",
-              "tau (vLLM)", *[f"pos {i + 1}" for i in range(k)], "checkpoint"]
+    print(
+        f"\n'{args.partition}': {results['bfloat16']['tokens']} tokens of features; K={k}, greedy, "
+        f"{results['bfloat16']['eval'].get('prompts_evaluated')} held-out prompts; tau = 1 + accepted/drafts"
+    )
+    header = [
+        "features",
+        "bytes/token (disk)",
+        "bytes/token (model)",
+        "feature bytes",
+        "val_full_acc_0",
+        "tau (vLLM)",
+        *[f"pos {i + 1}" for i in range(k)],
+        "checkpoint",
+    ]
     print(" | ".join(header))
     for dtype, r in results.items():
         ev = r["eval"]
-        cells = [dtype, f"{r['bytes_per_token']:.1f}", r["hs"]["bytes_per_token"], r["bytes"],
-                 f"{r['checkpoint'].get('val_full_acc_0', float('nan')):.3f}", f"{ev['acceptance_length']:.3f}",
-                 *[f"{ev[f'acceptance_pos_{i + 1}']:.3f}" for i in range(k)], r["checkpoint"]["path"]]
+        cells = [
+            dtype,
+            f"{r['bytes_per_token']:.1f}",
+            r["hs"]["bytes_per_token"],
+            r["bytes"],
+            f"{r['checkpoint'].get('val_full_acc_0', float('nan')):.3f}",
+            f"{ev['acceptance_length']:.3f}",
+            *[f"{ev[f'acceptance_pos_{i + 1}']:.3f}" for i in range(k)],
+            r["checkpoint"]["path"],
+        ]
         print(" | ".join(map(str, cells)))
     tau = results["fp8"]["eval"]["acceptance_length"] / results["bfloat16"]["eval"]["acceptance_length"]
     size = results["fp8"]["bytes_per_token"] / results["bfloat16"]["bytes_per_token"]

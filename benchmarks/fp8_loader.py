@@ -54,40 +54,67 @@ def main() -> None:
     from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
     from transformers import LlamaConfig
 
-    from eagle_assets.hidden_states.files import TRAINER_BACKENDS
-    from eagle_assets.eagle3_checkpoint.training_data import build_training_data
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import Fp8OnDeviceDataset, ScalesKeptCollate
+    from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+    from eagle_assets.hidden_states.files import TRAINER_BACKENDS
     from tests.helpers.synthetic import write_head_only_verifier, write_random_features
 
     torch.set_num_threads(1)
     shutil.rmtree(args.work, ignore_errors=True)
     layer_ids = [2, 16, 29, 32]
-    verifier = write_head_only_verifier(args.work / "verifier", LlamaConfig(
-        vocab_size=4096, hidden_size=args.hidden, intermediate_size=256, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=8, eos_token_id=1))
+    verifier = write_head_only_verifier(
+        args.work / "verifier",
+        LlamaConfig(
+            vocab_size=4096,
+            hidden_size=args.hidden,
+            intermediate_size=256,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            eos_token_id=1,
+        ),
+    )
     folders = {}
     for dtype in ("bfloat16", "fp8"):
-        write_random_features(args.work / dtype, "bench", verifier_path=verifier, layer_ids=layer_ids,
-                              hidden_size=args.hidden, vocab_size=4096, num_rows=args.rows,
-                              seq_len=tuple(args.seq_len), feature_dtype=dtype)
+        write_random_features(
+            args.work / dtype,
+            "bench",
+            verifier_path=verifier,
+            layer_ids=layer_ids,
+            hidden_size=args.hidden,
+            vocab_size=4096,
+            num_rows=args.rows,
+            seq_len=tuple(args.seq_len),
+            feature_dtype=dtype,
+        )
         folders[dtype] = build_training_data(args.work / dtype, ["bench"], args.work / "work")
 
     def loader_parts(dtype: str, dataset_class, collate_class):
         data = folders[dtype]
         transfer = HiddenStatesBackend.registry[TRAINER_BACKENDS[dtype]].from_train_args(
-            argparse.Namespace(hidden_states_path=None), str(data.path))
-        dataset = dataset_class(max_len=args.total_seq_len, datapath=str(data.path), transfer=transfer,
-                                on_missing="raise")
-        collate = collate_class(args.total_seq_len, args.hidden, num_target_layers=3,
-                                dtype=dataset.hidden_states_dtype, preprocess=shift_batch)
+            argparse.Namespace(hidden_states_path=None), str(data.path)
+        )
+        dataset = dataset_class(
+            max_len=args.total_seq_len, datapath=str(data.path), transfer=transfer, on_missing="raise"
+        )
+        collate = collate_class(
+            args.total_seq_len,
+            args.hidden,
+            num_target_layers=3,
+            dtype=dataset.hidden_states_dtype,
+            preprocess=shift_batch,
+        )
         return dataset, collate
 
-    variants = {"bf16": loader_parts("bfloat16", ArrowDataset, CollateFn),
-                "fp8-speculators": loader_parts("fp8", ArrowDataset, CollateFn),
-                "fp8-ours": loader_parts("fp8", Fp8OnDeviceDataset, ScalesKeptCollate)}
+    variants = {
+        "bf16": loader_parts("bfloat16", ArrowDataset, CollateFn),
+        "fp8-speculators": loader_parts("fp8", ArrowDataset, CollateFn),
+        "fp8-ours": loader_parts("fp8", Fp8OnDeviceDataset, ScalesKeptCollate),
+    }
     lengths = variants["bf16"][0].approx_lengths
-    sampler = MultipackDistributedBatchSamplerV2(batch_max_length=args.total_seq_len, lengths=lengths,
-                                                 num_replicas=1, rank=0, seed=0)
+    sampler = MultipackDistributedBatchSamplerV2(
+        batch_max_length=args.total_seq_len, lengths=lengths, num_replicas=1, rank=0, seed=0
+    )
     batches = list(sampler)[: args.batches]
     if len(batches) < args.batches:
         parser.error(f"--rows {args.rows} packs into only {len(batches)} batches; give more rows")
@@ -111,15 +138,19 @@ def main() -> None:
                 build(name, indices)
                 times[name].append((time.process_time() - started) * 1000)
 
-    print(f"shape: hidden {args.hidden}, aux layers {layer_ids[:-1]} + final, rows {args.seq_len[0]}-{args.seq_len[1]} "
-          f"tokens packed to {args.total_seq_len}; {args.batches} batches x {args.repeats} passes, variants alternating; "
-          f"one thread; torch {torch.__version__}")
+    print(
+        f"shape: hidden {args.hidden}, aux layers {layer_ids[:-1]} + final, rows {args.seq_len[0]}-{args.seq_len[1]} "
+        f"tokens packed to {args.total_seq_len}; {args.batches} batches x {args.repeats} passes, variants alternating; "
+        f"one thread; torch {torch.__version__}"
+    )
     medians = {}
     for name in names:
         medians[name] = statistics.median(times[name])
         spread = (max(times[name]) - min(times[name])) / medians[name]
-        print(f"{name}: {medians[name]:.0f} ms CPU per batch (spread {spread:.0%}), {sizes[name] / 1e6:.0f} MB per "
-              f"batch to pin and copy to the GPU")
+        print(
+            f"{name}: {medians[name]:.0f} ms CPU per batch (spread {spread:.0%}), {sizes[name] / 1e6:.0f} MB per "
+            f"batch to pin and copy to the GPU"
+        )
     print(f"fp8_loader_ms_ratio={medians['fp8-ours'] / medians['fp8-speculators']:.3f} (fp8-ours / fp8-speculators)")
     print(f"fp8_vs_bf16_loader_ms_ratio={medians['fp8-ours'] / medians['bf16']:.3f} (fp8-ours / bf16)")
     print(f"fp8_batch_bytes_ratio={sizes['fp8-ours'] / sizes['bf16']:.3f} (fp8-ours / bf16)")

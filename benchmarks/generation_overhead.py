@@ -25,10 +25,11 @@ from pathlib import Path
 
 import openai
 
-from eagle_assets.reasoning_samples.capture import capture
-from eagle_assets.reasoning_samples.engine import ClientSettings, PromptRequest, Sampling
 from eagle_assets.plugin_manager import dataset_source
 from eagle_assets.prompts.collection import collect
+from eagle_assets.reasoning_samples.capture import capture
+from eagle_assets.reasoning_samples.engine import ClientSettings
+from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 from eagle_assets.resources import VLLMServer
 
 
@@ -37,8 +38,9 @@ def demo_requests(n: int) -> list[PromptRequest]:
     return [PromptRequest(p.prompt_id, p.messages, p.split) for p in prompts]
 
 
-async def bare_loop(base_url: str, model: str, requests: list[PromptRequest], sampling: Sampling,
-                    concurrency: int) -> int:
+async def bare_loop(
+    base_url: str, model: str, requests: list[PromptRequest], sampling: Sampling, concurrency: int
+) -> int:
     """The baseline: what anyone would write by hand with the OpenAI SDK. Returns output tokens."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", timeout=600, max_retries=4)
     gate = asyncio.Semaphore(concurrency)
@@ -48,8 +50,12 @@ async def bare_loop(base_url: str, model: str, requests: list[PromptRequest], sa
         nonlocal tokens
         async with gate:
             response = await client.chat.completions.create(
-                model=model, messages=request.messages, temperature=sampling.temperature, top_p=sampling.top_p,
-                max_tokens=sampling.max_tokens, seed=sampling.request_seed(request.prompt_id),
+                model=model,
+                messages=request.messages,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                seed=sampling.request_seed(request.prompt_id),
                 extra_body={"return_token_ids": True},
             )
             tokens += response.usage.completion_tokens
@@ -74,8 +80,11 @@ def main() -> None:
     # have no offset to rewind), which 200 arrivals at once cause.
     sampling = Sampling(temperature=0.6, top_p=0.95, max_tokens=args.max_tokens)
     settings = ClientSettings(concurrency=args.concurrency, request_timeout_s=600)
-    server = VLLMServer(mode="external", base_urls=[args.base_url]) if args.base_url else VLLMServer(
-        port=args.port, max_model_len=4096, max_num_seqs=256, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    server = (
+        VLLMServer(mode="external", base_urls=[args.base_url])
+        if args.base_url
+        else VLLMServer(port=args.port, max_model_len=4096, max_num_seqs=256, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    )
 
     with server.serve(log=PrintLog()) as base_urls, tempfile.TemporaryDirectory() as tmp:
         model = openai.OpenAI(base_url=base_urls[0], api_key="EMPTY").models.list().data[0].id
@@ -99,14 +108,18 @@ def main() -> None:
                 wall, cpu_s = time.perf_counter() - wall, time.process_time() - cpu0
                 rates[name].append(tokens / wall)
                 cpu[name].append(1000 * cpu_s / tokens)
-                print(f"repeat {i} {name:5s}: {tokens / wall:8.0f} output tok/s, "
-                      f"client CPU {1000 * cpu_s / tokens:.3f} s per 1000 tokens", flush=True)
+                print(
+                    f"repeat {i} {name:5s}: {tokens / wall:8.0f} output tok/s, "
+                    f"client CPU {1000 * cpu_s / tokens:.3f} s per 1000 tokens",
+                    flush=True,
+                )
 
-    print(f"prompts={len(requests)} concurrency={args.concurrency} max_tokens={args.max_tokens} "
-          f"repeats={args.repeats}")
+    print(f"prompts={len(requests)} concurrency={args.concurrency} max_tokens={args.max_tokens} repeats={args.repeats}")
     for name in ("bare", "asset"):
-        print(f"{name:5s} median {statistics.median(rates[name]):8.0f} tok/s, client CPU "
-              f"{statistics.median(cpu[name]):.3f} s/1000 tok; runs {[round(r) for r in rates[name]]}")
+        print(
+            f"{name:5s} median {statistics.median(rates[name]):8.0f} tok/s, client CPU "
+            f"{statistics.median(cpu[name]):.3f} s/1000 tok; runs {[round(r) for r in rates[name]]}"
+        )
     paired = [a / b for a, b in zip(rates["asset"], rates["bare"])]
     print(f"paired ratios (same repeat) {[round(r, 3) for r in paired]}, median {statistics.median(paired):.3f}")
     print(f"generation_overhead_ratio={statistics.median(rates['asset']) / statistics.median(rates['bare']):.3f}")

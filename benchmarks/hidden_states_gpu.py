@@ -48,8 +48,8 @@ def _import_project() -> None:
     sys.path.insert(0, str(ROOT))
     if importlib.util.find_spec("eagle_assets.plugins") is None:
         spec = importlib.util.spec_from_file_location(
-            "eagle_assets.plugins", ROOT / "plugins" / "__init__.py",
-            submodule_search_locations=[str(ROOT / "plugins")])
+            "eagle_assets.plugins", ROOT / "plugins" / "__init__.py", submodule_search_locations=[str(ROOT / "plugins")]
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules["eagle_assets.plugins"] = module
         spec.loader.exec_module(module)
@@ -58,17 +58,37 @@ def _import_project() -> None:
 _import_project()
 
 from eagle_assets.hidden_states.files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
-from eagle_assets.plugins.transformers_backend import HiddenStateExtractor  # noqa: E402
+from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor  # noqa: E402
 
 LLAMA_31_8B = dict(
-    vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
-    rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
     tie_word_embeddings=False,
 )
-TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=8,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
+TINY = dict(
+    vocab_size=512,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=8,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
 
 
 def sync(device: str) -> None:
@@ -148,8 +168,10 @@ def fp8_agreement(bf16_extractor, fp8_extractor, sequences) -> float:
     bf16, fp8 = CollectingSink(), CollectingSink()
     bf16_extractor.run(sequences, bf16)
     fp8_extractor.run(sequences, fp8)
-    return min(torch.nn.functional.cosine_similarity(fp8.samples[k], bf16.samples[k], dim=-1).min().item()
-               for k, _ in sequences)
+    return min(
+        torch.nn.functional.cosine_similarity(fp8.samples[k], bf16.samples[k], dim=-1).min().item()
+        for k, _ in sequences
+    )
 
 
 def compare_paths(model, extractor, sequences, layer_ids, device) -> dict:
@@ -168,8 +190,12 @@ def compare_paths(model, extractor, sequences, layer_ids, device) -> dict:
         cos = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
         worst_cos = min(worst_cos, cos.min().item())
         worst_rel = max(worst_rel, ((ours - ref).abs().amax() / ref.abs().amax()).item())
-    return {"rows": len(sequences), "min_token_cosine": round(worst_cos, 5), "max_rel_error": round(worst_rel, 4),
-            "tensors_match": worst_cos >= 0.999 and worst_rel <= 0.05}
+    return {
+        "rows": len(sequences),
+        "min_token_cosine": round(worst_cos, 5),
+        "max_rel_error": round(worst_rel, 4),
+        "tensors_match": worst_cos >= 0.999 and worst_rel <= 0.05,
+    }
 
 
 def keyed(sequences, layer_ids):
@@ -217,13 +243,23 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="CPU-sized model and rows (smoke test).")
     parser.add_argument("--samples", type=int, default=None, help="rows for the optimized path, per repeat")
     parser.add_argument("--naive-samples", type=int, default=None, help="rows for the naive loop, per repeat")
-    parser.add_argument("--lengths", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
-                        help="row lengths, uniform at random in [MIN, MAX]")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("MIN", "MAX"),
+        help="row lengths, uniform at random in [MIN, MAX]",
+    )
     parser.add_argument("--batch-tokens", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs of both paths")
     parser.add_argument("--out", default=None, help="write-and-delete folder (default: a temp dir)")
-    parser.add_argument("--dtype", choices=["bfloat16", "fp8"], default="bfloat16",
-                        help="fp8: also time the extractor writing fp8 files (hs-connectors' format), same job")
+    parser.add_argument(
+        "--dtype",
+        choices=["bfloat16", "fp8"],
+        default="bfloat16",
+        help="fp8: also time the extractor writing fp8 files (hs-connectors' format), same job",
+    )
     args = parser.parse_args()
 
     from transformers import LlamaConfig
@@ -250,8 +286,13 @@ def main() -> None:
     rng = random.Random(0)
 
     def rows(count, offset):
-        return keyed([(offset + i, [rng.randrange(config.vocab_size) for _ in range(rng.randint(low, high))])
-                      for i in range(count)], layer_ids)
+        return keyed(
+            [
+                (offset + i, [rng.randrange(config.vocab_size) for _ in range(rng.randint(low, high))])
+                for i in range(count)
+            ],
+            layer_ids,
+        )
 
     warmup, check = rows(8, 0), rows(8, 8)
     timed_sets = [rows(samples, 1000 * (r + 1)) for r in range(args.repeats)]
@@ -263,8 +304,9 @@ def main() -> None:
     print(f"equivalence: {equivalence}", flush=True)
     fp8_extractor = None
     if args.dtype == "fp8":
-        fp8_extractor = HiddenStateExtractor(model, n, config.hidden_size, layer_ids, batch_tokens=batch_tokens,
-                                             feature_dtype="fp8")
+        fp8_extractor = HiddenStateExtractor(
+            model, n, config.hidden_size, layer_ids, batch_tokens=batch_tokens, feature_dtype="fp8"
+        )
         fp8_extractor.run(warmup, DeletingWriter(folder, len(layer_ids), config.hidden_size, "fp8"))
         fp8_cosine = fp8_agreement(extractor, fp8_extractor, check)
         print(f"fp8 min_token_cosine vs bf16: {fp8_cosine:.5f}", flush=True)
@@ -308,37 +350,53 @@ def main() -> None:
 
     med = statistics.median
     result = {
-        "device": name, "dtype": str(dtype), "shape": "tiny" if args.tiny else "Llama-3.1-8B",
-        "row_lengths": [low, high], "batch_tokens": batch_tokens, "layer_ids": layer_ids,
-        "samples_per_repeat": samples, "naive_samples_per_repeat": naive_samples, "repeats": args.repeats,
-        "model_build_s": round(build_s, 1), "measured_peak_tflops": round(peak / 1e12, 1),
+        "device": name,
+        "dtype": str(dtype),
+        "shape": "tiny" if args.tiny else "Llama-3.1-8B",
+        "row_lengths": [low, high],
+        "batch_tokens": batch_tokens,
+        "layer_ids": layer_ids,
+        "samples_per_repeat": samples,
+        "naive_samples_per_repeat": naive_samples,
+        "repeats": args.repeats,
+        "model_build_s": round(build_s, 1),
+        "measured_peak_tflops": round(peak / 1e12, 1),
         "datasheet_peak_tflops": round(datasheet / 1e12, 1) if datasheet else None,
         **equivalence,
-        "forward_only_tok_s": round(fwd), "forward_only_mfu_measured": round(fwd * fwd_flops_per_token / peak, 3),
-        "extract_tok_s": round(med(fast_rates)), "extract_tok_s_spread": round(spread(fast_rates), 3),
+        "forward_only_tok_s": round(fwd),
+        "forward_only_mfu_measured": round(fwd * fwd_flops_per_token / peak, 3),
+        "extract_tok_s": round(med(fast_rates)),
+        "extract_tok_s_spread": round(spread(fast_rates), 3),
         "extract_runs_tok_s": [round(r) for r in fast_rates],
         "extract_mfu_measured": round(med(fast_mfu) / peak, 3),
-        "naive_tok_s": round(med(naive_rates)), "naive_tok_s_spread": round(spread(naive_rates), 3),
+        "naive_tok_s": round(med(naive_rates)),
+        "naive_tok_s_spread": round(spread(naive_rates), 3),
         "naive_mfu_measured": round(med(naive_mfu) / peak, 3),
         "speedup_vs_naive": round(med(fast_rates) / med(naive_rates), 2),
-        "written_gb_per_s": round(med(written_rates) / 1e9, 3), "bytes_per_token": round(med(bytes_per_token)),
+        "written_gb_per_s": round(med(written_rates) / 1e9, 3),
+        "bytes_per_token": round(med(bytes_per_token)),
     }
     if fp8_rates:
-        result.update({
-            "fp8_min_token_cosine": round(fp8_cosine, 5),
-            "extract_fp8_tok_s": round(med(fp8_rates)), "extract_fp8_tok_s_spread": round(spread(fp8_rates), 3),
-            "extract_fp8_runs_tok_s": [round(r) for r in fp8_rates],
-            "fp8_bytes_per_token": round(med(fp8_bytes_per_token)),
-            "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes_per_token) / med(bytes_per_token), 4),
-            "fp8_vs_bf16_extract_ratio": round(med(fp8_rates) / med(fast_rates), 3),
-        })
+        result.update(
+            {
+                "fp8_min_token_cosine": round(fp8_cosine, 5),
+                "extract_fp8_tok_s": round(med(fp8_rates)),
+                "extract_fp8_tok_s_spread": round(spread(fp8_rates), 3),
+                "extract_fp8_runs_tok_s": [round(r) for r in fp8_rates],
+                "fp8_bytes_per_token": round(med(fp8_bytes_per_token)),
+                "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes_per_token) / med(bytes_per_token), 4),
+                "fp8_vs_bf16_extract_ratio": round(med(fp8_rates) / med(fast_rates), 3),
+            }
+        )
     if datasheet:
         result["extract_mfu_datasheet"] = round(med(fast_mfu) / datasheet, 3)
         result["naive_mfu_datasheet"] = round(med(naive_mfu) / datasheet, 3)
     for key, value in result.items():
         print(f"{key:>28}: {value}")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}_{args.dtype}.json").write_text(json.dumps(result, indent=2))
+        Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}_{args.dtype}.json").write_text(
+            json.dumps(result, indent=2)
+        )
     if not equivalence["tensors_match"]:
         sys.exit("the extractor's tensors differ from the naive loop's beyond bf16 tolerance")
 

@@ -23,8 +23,10 @@ from eagle_assets.prompts.collection import collect
 def write_rows(path: Path, rows: int) -> None:
     with open(path, "w") as fh:
         for i in range(rows):
-            turns = [{"from": "human", "value": f"Question {i}: " + "tell me about it. " * 8},
-                     {"from": "gpt", "value": "An answer of moderate length. " * 10}]
+            turns = [
+                {"from": "human", "value": f"Question {i}: " + "tell me about it. " * 8},
+                {"from": "gpt", "value": "An answer of moderate length. " * 10},
+            ]
             fh.write(json.dumps({"conversations": turns}) + "\n")
 
 

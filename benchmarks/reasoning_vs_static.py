@@ -29,28 +29,37 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
-from eagle_assets.hidden_states import asset as hidden_states
-from eagle_assets.prompts import asset as prompts
-from eagle_assets.reasoning_samples import asset as reasoning_samples
-from eagle_assets.token_sequences import asset as token_sequences
-from eagle_assets.token_sequences.asset import renderer
+from eagle_assets.core.files import write_parquet
+from eagle_assets.core.layout import PROMPTS_FILE, SEQUENCES_FILE
+from eagle_assets.core.partitions import add_training_run
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import DEMO_OPS
+from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
 from eagle_assets.eagle3_eval.eval_sets import heldout_set, trained_on
 from eagle_assets.eagle3_eval.evaluate import evaluate, replaced
-from eagle_assets.orchestration.partitions import add_training_run, source_partitions
+from eagle_assets.hidden_states import asset as hidden_states
+from eagle_assets.orchestration.partitions import source_partitions
+from eagle_assets.prompts import asset as prompts
+from eagle_assets.reasoning_samples import asset as reasoning_samples
 from eagle_assets.resources import StorageRoot, Verifier
-from eagle_assets.core.files import write_parquet
-from eagle_assets.token_sequences.build import SEQUENCES_FILE, Policy, build_rows
+from eagle_assets.token_sequences import asset as token_sequences
+from eagle_assets.token_sequences.asset import renderer
+from eagle_assets.token_sequences.build import Policy, build_rows
 
 FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
 TRAINING_SPLITS = {"config": {"splits": ["train", "validation"]}}
-STATIC_SAMPLES_SCHEMA = pa.schema([
-    ("prompt_id", pa.string()), ("split", pa.string()), ("status", pa.string()), ("truncated", pa.bool_()),
-    ("reasoning", pa.string()), ("content", pa.string()),
-    ("prompt_token_ids", pa.list_(pa.int32())), ("token_ids", pa.list_(pa.int32())),
-])
+STATIC_SAMPLES_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("split", pa.string()),
+        ("status", pa.string()),
+        ("truncated", pa.bool_()),
+        ("reasoning", pa.string()),
+        ("content", pa.string()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("token_ids", pa.list_(pa.int32())),
+    ]
+)
 
 
 def graph() -> list:
@@ -60,8 +69,15 @@ def graph() -> list:
 
 
 def materialize(assets, selection, resources, instance, partition=None, ops=None) -> None:
-    result = dg.materialize(assets, selection=selection, partition_key=partition, resources=resources,
-                            instance=instance, run_config={"ops": ops or {}}, raise_on_error=False)
+    result = dg.materialize(
+        assets,
+        selection=selection,
+        partition_key=partition,
+        resources=resources,
+        instance=instance,
+        run_config={"ops": ops or {}},
+        raise_on_error=False,
+    )
     if not result.success:
         failures = [e.step_failure_data.error.message for e in result.get_step_failure_events()]
         raise SystemExit(f"materializing {selection} failed: {failures}")
@@ -69,14 +85,25 @@ def materialize(assets, selection, resources, instance, partition=None, ops=None
 
 def static_sequences(root: Path, partition: str, verifier) -> int:
     """token_sequences of the static side: prompt + the dataset's reference answer, mask on the answer."""
-    table = pq.read_table(root / "prompts" / partition / prompts.FILE_NAME)
+    table = pq.read_table(root / "prompts" / partition / PROMPTS_FILE)
     rows = [r for r in table.to_pylist() if r["reference"]]
     # No server tokens: build_rows renders prompt + answer through the verifier's chat template.
-    samples = pa.Table.from_pylist([
-        {"prompt_id": r["prompt_id"], "split": r["split"], "status": "ok", "truncated": False,
-         "reasoning": None, "content": r["reference"], "prompt_token_ids": None, "token_ids": None}
-        for r in rows
-    ], schema=STATIC_SAMPLES_SCHEMA)
+    samples = pa.Table.from_pylist(
+        [
+            {
+                "prompt_id": r["prompt_id"],
+                "split": r["split"],
+                "status": "ok",
+                "truncated": False,
+                "reasoning": None,
+                "content": r["reference"],
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+            for r in rows
+        ],
+        schema=STATIC_SAMPLES_SCHEMA,
+    )
     messages = {r["prompt_id"]: [dict(m) for m in r["messages"]] for r in rows}
     splits = {r["prompt_id"]: r["split"] for r in rows}
     render, _ = renderer(verifier)
@@ -127,27 +154,52 @@ def main() -> None:
     resources["vllm_server"] = replaced(resources["vllm_server"], port=args.port, model=args.verifier)
     resources["verifier"] = Verifier(model_path=args.verifier)
     prompts_config = {"config": {"limit": args.limit}} if args.limit else {}
-    checkpoints = {side: train_side(side, args.root.resolve() / side, args.partition, resources, prompts_config)
-                   for side in ("reasoning", "static")}
+    checkpoints = {
+        side: train_side(side, args.root.resolve() / side, args.partition, resources, prompts_config)
+        for side in ("reasoning", "static")
+    }
     # Both sides train on the same prompts and splits: the reasoning side's trained rows stand for both.
-    requests = heldout_set("in-distribution", args.root.resolve() / "reasoning", [args.partition], args.max_prompts,
-                           trained_on(checkpoints["reasoning"])).requests
+    requests = heldout_set(
+        "in-distribution",
+        args.root.resolve() / "reasoning",
+        [args.partition],
+        args.max_prompts,
+        trained_on(checkpoints["reasoning"]),
+    ).requests
     results = {}
     for offset, (side, checkpoint) in enumerate(checkpoints.items(), start=1):
-        results[side] = evaluate(checkpoint, requests, resources["vllm_server"], resources["verifier"],
-                                 num_speculative_tokens=args.num_speculative_tokens, max_tokens=args.max_tokens,
-                                 port=args.port + offset, log=print).metadata()
+        results[side] = evaluate(
+            checkpoint,
+            requests,
+            resources["vllm_server"],
+            resources["verifier"],
+            num_speculative_tokens=args.num_speculative_tokens,
+            max_tokens=args.max_tokens,
+            port=args.port + offset,
+            log=print,
+        ).metadata()
 
     k = args.num_speculative_tokens
-    header = ["draft", "train rows", "supervised tokens", "tau (vLLM)", *[f"pos {i + 1}" for i in range(k)],
-              "tau (simulated)"]
+    header = [
+        "draft",
+        "train rows",
+        "supervised tokens",
+        "tau (vLLM)",
+        *[f"pos {i + 1}" for i in range(k)],
+        "tau (simulated)",
+    ]
     print(f"\n{len(requests)} held-out prompts of '{args.partition}', K={k}, greedy; tau = 1 + accepted/drafts")
     print(" | ".join(header))
     for side, meta in results.items():
         rows, tokens = training_numbers(checkpoints[side])
-        cells = [side, rows, tokens, f"{meta['acceptance_length']:.3f}",
-                 *[f"{meta[f'acceptance_pos_{i + 1}']:.3f}" for i in range(k)],
-                 f"{meta['simulated_acceptance_length']:.3f}"]
+        cells = [
+            side,
+            rows,
+            tokens,
+            f"{meta['acceptance_length']:.3f}",
+            *[f"{meta[f'acceptance_pos_{i + 1}']:.3f}" for i in range(k)],
+            f"{meta['simulated_acceptance_length']:.3f}",
+        ]
         print(" | ".join(map(str, cells)))
     ratio = results["reasoning"]["acceptance_length"] / results["static"]["acceptance_length"]
     print(f"acceptance_length_ratio={ratio:.3f}")

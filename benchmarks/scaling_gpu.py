@@ -37,18 +37,19 @@ os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Both import the project from a plain checkout too; spawned extraction workers re-run these imports
 # (this file is their main module) before they unpickle their job.
-import hidden_states_gpu as extraction_bench  # noqa: E402
-import train_gpu as training_bench  # noqa: E402
-import torch  # noqa: E402
+import hidden_states_gpu as extraction_bench
+import torch
+import train_gpu as training_bench
 
-from eagle_assets.backends import ExtractionRequest  # noqa: E402
-from eagle_assets.hidden_states.parallel import extract_on_devices  # noqa: E402
-from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND  # noqa: E402
-from eagle_assets.eagle3_checkpoint import trainer# noqa: E402
-from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
-from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
-from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
-from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
+from eagle_assets.backends import ExtractionRequest
+from eagle_assets.eagle3_checkpoint import trainer
+from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab
+from eagle_assets.hidden_states.parallel import extract_on_devices
+from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
+from tests.helpers.synthetic import write_head_only_verifier, write_random_features
+
 
 def devices_for(count: int, tiny: bool) -> list[str]:
     return ["cpu"] * count if tiny else [f"cuda:{i}" for i in range(count)]
@@ -65,8 +66,9 @@ def save_random_verifier(folder: Path, config, device: str, dtype) -> Path:
     return folder
 
 
-def extraction_rate(model_path: Path, sequences, layer_ids, hidden_size: int, devices: list[str],
-                    batch_tokens: int, folder: Path) -> dict:
+def extraction_rate(
+    model_path: Path, sequences, layer_ids, hidden_size: int, devices: list[str], batch_tokens: int, folder: Path
+) -> dict:
     """One extraction of ``sequences`` on ``devices``. The rate is the sum over devices of each one's
     own rate from its first written sample to its last (its model load excluded, whenever it ended)."""
     shutil.rmtree(folder, ignore_errors=True)
@@ -75,43 +77,63 @@ def extraction_rate(model_path: Path, sequences, layer_ids, hidden_size: int, de
     writer = extraction_bench.DeletingWriter(folder, len(layer_ids), hidden_size)  # workers use its class too
     request = ExtractionRequest(sequences=sequences, layer_ids=layer_ids, batch_tokens=batch_tokens)
     started = time.perf_counter()
-    extract_on_devices(TRANSFORMERS_BACKEND, model_path, request, devices, writer,
-                       worker_progress=lambda rank, _, tokens: marks.setdefault(rank, []).append(
-                           (time.perf_counter(), tokens)))
+    extract_on_devices(
+        TRANSFORMERS_BACKEND,
+        model_path,
+        request,
+        devices,
+        writer,
+        worker_progress=lambda rank, _, tokens: marks.setdefault(rank, []).append((time.perf_counter(), tokens)),
+    )
     ended = time.perf_counter()
     rates = [(m[-1][1] - m[0][1]) / (m[-1][0] - m[0][0]) for m in marks.values()]
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the in-process run's cached blocks would crowd worker 0's GPU
-    return {"tok_s": sum(rates), "end_to_end_tok_s": total / (ended - started),
-            "startup_s": max(m[0][0] for m in marks.values()) - started,
-            "written_gb_per_s": writer.bytes / (ended - started) / 1e9}
+    return {
+        "tok_s": sum(rates),
+        "end_to_end_tok_s": total / (ended - started),
+        "startup_s": max(m[0][0] for m in marks.values()) - started,
+        "written_gb_per_s": writer.bytes / (ended - started) / 1e9,
+    }
 
 
-def training_rate(n: int, data, vocab, verifier: Path, work: Path, epochs: int, draft_vocab: int,
-                  total_seq_len: int) -> float:
-    settings = TrainingSettings(epochs=epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
-                                early_stop_patience=0, num_processes=n)
+def training_rate(
+    n: int, data, vocab, verifier: Path, work: Path, epochs: int, draft_vocab: int, total_seq_len: int
+) -> float:
+    settings = TrainingSettings(
+        epochs=epochs,
+        draft_vocab_size=draft_vocab,
+        total_seq_len=total_seq_len,
+        lr=1e-3,
+        early_stop_patience=0,
+        num_processes=n,
+    )
     log = training_bench.StampedLog(f"train x{n}")
     trainer.train(data, vocab, str(verifier), settings, work, log)
-    tokens = sum(training_bench.tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e, replicas=n)
-                 for e in range(1, epochs))
+    tokens = sum(
+        training_bench.tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e, replicas=n)
+        for e in range(1, epochs)
+    )
     return tokens / log.epoch_seconds(epochs)
 
 
 def report(step: str, n: int, one: float, many: float) -> dict:
     speedup = many / one
-    line = {f"{step}_tok_s_1": round(one), f"{step}_tok_s_{n}": round(many),
-            f"{step}_speedup": round(speedup, 3), f"{step}_scaling_efficiency": round(speedup / n, 3)}
+    line = {
+        f"{step}_tok_s_1": round(one),
+        f"{step}_tok_s_{n}": round(many),
+        f"{step}_speedup": round(speedup, 3),
+        f"{step}_scaling_efficiency": round(speedup / n, 3),
+    }
     for key, value in line.items():
         print(f"{key}={value}", flush=True)
     return line
 
 
 def run_extraction(args, n: int, work: Path) -> dict:
-    from transformers import LlamaConfig
-
     import numpy as np
+    from transformers import LlamaConfig
 
     shape = extraction_bench.TINY if args.tiny else extraction_bench.LLAMA_31_8B
     device, dtype = ("cpu", torch.float32) if args.tiny else ("cuda", torch.bfloat16)
@@ -124,13 +146,24 @@ def run_extraction(args, n: int, work: Path) -> dict:
     model_path = save_random_verifier(work / "verifier", config, device, dtype)
     rows = np.random.default_rng(0).integers(0, config.vocab_size, size=(args.rows_per_gpu * n, seq_len))
     sequences = extraction_bench.keyed(list(enumerate(rows)), layer_ids)
-    print(f"extraction: {len(sequences)} rows x {seq_len} tokens, layers {layer_ids}, verifier {model_path}", flush=True)
+    print(
+        f"extraction: {len(sequences)} rows x {seq_len} tokens, layers {layer_ids}, verifier {model_path}", flush=True
+    )
     results = {}
     for count in (1, n):
-        results[count] = extraction_rate(model_path, sequences, layer_ids, config.hidden_size,
-                                         devices_for(count, args.tiny), batch_tokens, work / "hidden_states")
-        print(f"extraction on {count} device(s): " + json.dumps({k: round(v, 2) for k, v in results[count].items()}),
-              flush=True)
+        results[count] = extraction_rate(
+            model_path,
+            sequences,
+            layer_ids,
+            config.hidden_size,
+            devices_for(count, args.tiny),
+            batch_tokens,
+            work / "hidden_states",
+        )
+        print(
+            f"extraction on {count} device(s): " + json.dumps({k: round(v, 2) for k, v in results[count].items()}),
+            flush=True,
+        )
     shutil.rmtree(model_path)
     return report("extract", n, results[1]["tok_s"], results[n]["tok_s"])
 
@@ -145,16 +178,28 @@ def run_training(args, n: int, work: Path) -> dict:
     device = "cpu" if args.tiny else "cuda"
     verifier, storage = work / "head-verifier", work / "storage"
     write_head_only_verifier(verifier, LlamaConfig(**shape), device=device)
-    write_random_features(storage, "bench", verifier_path=verifier, layer_ids=layer_ids,
-                          hidden_size=shape["hidden_size"], vocab_size=shape["vocab_size"],
-                          num_rows=args.train_rows_per_gpu * n, seq_len=seq_len, device=device)
+    write_random_features(
+        storage,
+        "bench",
+        verifier_path=verifier,
+        layer_ids=layer_ids,
+        hidden_size=shape["hidden_size"],
+        vocab_size=shape["vocab_size"],
+        num_rows=args.train_rows_per_gpu * n,
+        seq_len=seq_len,
+        device=device,
+    )
     log = training_bench.StampedLog("data")
     data = build_training_data(storage, ["bench"], work / "train", log=log)
     vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=log)
-    print(f"training: {data.num_rows} rows, {data.num_tokens} tokens, {args.epochs} epochs (2..{args.epochs} timed)",
-          flush=True)
-    rates = {count: training_rate(count, data, vocab, verifier, work / "train", args.epochs, draft_vocab, total_seq_len)
-             for count in (1, n)}
+    print(
+        f"training: {data.num_rows} rows, {data.num_tokens} tokens, {args.epochs} epochs (2..{args.epochs} timed)",
+        flush=True,
+    )
+    rates = {
+        count: training_rate(count, data, vocab, verifier, work / "train", args.epochs, draft_vocab, total_seq_len)
+        for count in (1, n)
+    }
     return report("train", n, rates[1], rates[n])
 
 
@@ -178,8 +223,11 @@ def main() -> None:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     name = "cpu" if args.tiny else torch.cuda.get_device_name()
-    print(f"device={name} n={n} shape={'tiny' if args.tiny else 'llama-3.1-8b'} "
-          f"NCCL_NVLS_ENABLE={os.environ['NCCL_NVLS_ENABLE']}", flush=True)
+    print(
+        f"device={name} n={n} shape={'tiny' if args.tiny else 'llama-3.1-8b'} "
+        f"NCCL_NVLS_ENABLE={os.environ['NCCL_NVLS_ENABLE']}",
+        flush=True,
+    )
     result = {"device": name, "n": n, "tiny": args.tiny}
     if args.only in (None, "extract"):
         result |= run_extraction(args, n, args.work / "extract")

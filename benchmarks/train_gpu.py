@@ -13,9 +13,11 @@ metrics every 10th step:
 
 - ``ours``: the ``eagle3_checkpoint`` asset's command (:mod:`eagle_assets.eagle3_checkpoint.trainer`): speculators'
   trainer with one loader worker per spare CPU core (15 on a 16-core H200 host) whose large buffers stay
-  mapped between batches (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.loader_workers`), batches copied to the GPU a step
+  mapped between batches (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.loader_workers`), \
+batches copied to the GPU a step
   ahead (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`), no per-step host syncs
-  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`) and speculators' fused loss, callable under torch.compile
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`) and speculators' fused loss, \
+callable under torch.compile
   through :mod:`eagle_assets.eagle3_checkpoint.trainer_process.fused_loss`;
 - ``speculators``: ``python -m speculators train`` with the same model/data flags, ``--log-freq 10`` (its
   own code says to keep log_freq > 1 for speed), ``--loss-implementation eager`` and its own defaults
@@ -31,7 +33,8 @@ metrics every 10th step:
 - ``ours-fp8`` (with ``--fp8-features``): ``ours`` on the same rows stored as FP8 (hs-connectors' format,
   written by the ``hidden_states`` asset's writer from the same random bf16 states), read through speculators'
   ``fp8`` backend and kept FP8 until the training device dequantizes each batch
-  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`); ``fp8_train_throughput_ratio`` = median(ours-fp8) /
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`); \
+``fp8_train_throughput_ratio`` = median(ours-fp8) /
   median(ours). ``--tiny --fp8-features`` trains both once on CPU and prints the same ratio.
 
 The variants run one after another in a rotating order (repeat 1: A B C, repeat 2: B C A, ...),
@@ -69,23 +72,46 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
-from eagle_assets.eagle3_checkpoint import trainer# noqa: E402
-from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
-from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
+from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
-from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
 from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
+from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 
 LLAMA_31_8B = dict(
-    vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
-    rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    tie_word_embeddings=False,
+    bos_token_id=128000,
+    eos_token_id=128001,
 )
-TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=8,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
-            tie_word_embeddings=False, eos_token_id=1)
+TINY = dict(
+    vocab_size=512,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=8,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+    eos_token_id=1,
+)
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
 
 
@@ -127,8 +153,9 @@ class StampedLog:
         return self.marks[(1, "started")] - self.created
 
 
-def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int,
-                     replicas: int = 1) -> int:
+def tokens_per_epoch(
+    data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int, replicas: int = 1
+) -> int:
     """Tokens the trainer sees in one epoch, over all ``replicas`` data-parallel ranks: speculators'
     own sampler over the train split."""
     import datasets
@@ -139,8 +166,9 @@ def tokens_per_epoch(data_path: Path, train_ratio: float, total_seq_len: int, se
     lengths = lengths[: int(len(lengths) * train_ratio)]
     total = 0
     for rank in range(replicas):
-        sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=lengths,
-                                                     num_replicas=replicas, rank=rank, seed=seed)
+        sampler = MultipackDistributedBatchSamplerV2(
+            batch_max_length=total_seq_len, lengths=lengths, num_replicas=replicas, rank=rank, seed=seed
+        )
         sampler.set_epoch(epoch)
         # Each packed sample loses one token to EAGLE-3's shift; a batch holds at most total_seq_len.
         total += int(sum(min(total_seq_len, int((lengths[batch] - 1).sum())) for batch in sampler))
@@ -151,8 +179,17 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
-def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, layer_ids: list[int], shape: dict,
-                     workers: int, fp8=None, probe_args: tuple[str, ...] = ()) -> dict[str, Callable[[Path], list[str]]]:
+def variant_commands(
+    settings: TrainingSettings,
+    data,
+    vocab,
+    verifier: Path,
+    layer_ids: list[int],
+    shape: dict,
+    workers: int,
+    fp8=None,
+    probe_args: tuple[str, ...] = (),
+) -> dict[str, Callable[[Path], list[str]]]:
     """Each variant's command line for a fresh save folder (named by the repeat); ``fp8``: the
     (training data, vocab) of the fp8-stored copy of the rows, for ``ours-fp8``."""
 
@@ -162,25 +199,61 @@ def variant_commands(settings: TrainingSettings, data, vocab, verifier: Path, la
 
     def gpu_bound(save: Path) -> list[str]:
         argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
-        return [sys.executable, str(ROOT / "benchmarks" / "train_step_probe.py"), *probe_args,
-                "--metrics-file", str(save / "metrics.jsonl"), "--", *argv]
+        return [
+            sys.executable,
+            str(ROOT / "benchmarks" / "train_step_probe.py"),
+            *probe_args,
+            "--metrics-file",
+            str(save / "metrics.jsonl"),
+            "--",
+            *argv,
+        ]
 
     def cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
-        return [sys.executable, "-m", "speculators", "train",
-                "--verifier-name-or-path", str(verifier), "--data-path", str(data.path),
-                "--save-path", str(save / "checkpoints"), "--log-dir", str(save / "logs"),
-                "--draft-vocab-size", str(vocab.size), "--total-seq-len", str(settings.total_seq_len),
-                "--epochs", str(settings.epochs), "--target-layer-ids", *map(str, layer_ids[:-1]),
-                "--mask-token-id", str(shape["eos_token_id"]),
-                "--seed", str(settings.seed), "--lr", str(settings.lr), "--train-data-ratio",
-                str(data.train_data_ratio), "--log-freq", str(settings.log_every_steps), *extra]
+        return [
+            sys.executable,
+            "-m",
+            "speculators",
+            "train",
+            "--verifier-name-or-path",
+            str(verifier),
+            "--data-path",
+            str(data.path),
+            "--save-path",
+            str(save / "checkpoints"),
+            "--log-dir",
+            str(save / "logs"),
+            "--draft-vocab-size",
+            str(vocab.size),
+            "--total-seq-len",
+            str(settings.total_seq_len),
+            "--epochs",
+            str(settings.epochs),
+            "--target-layer-ids",
+            *map(str, layer_ids[:-1]),
+            "--mask-token-id",
+            str(shape["eos_token_id"]),
+            "--seed",
+            str(settings.seed),
+            "--lr",
+            str(settings.lr),
+            "--train-data-ratio",
+            str(data.train_data_ratio),
+            "--log-freq",
+            str(settings.log_every_steps),
+            *extra,
+        ]
 
     def eager_cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
         return cli(save, ("--loss-implementation", "eager", *extra))
 
-    commands = {"ours": ours, "speculators": eager_cli, "gpu-bound": gpu_bound,
-                f"speculators-w{workers}": lambda save: eager_cli(save, ("--num-workers", str(workers))),
-                "speculators-fused": cli}
+    commands = {
+        "ours": ours,
+        "speculators": eager_cli,
+        "gpu-bound": gpu_bound,
+        f"speculators-w{workers}": lambda save: eager_cli(save, ("--num-workers", str(workers))),
+        "speculators-fused": cli,
+    }
     if fp8 is not None:
         commands["ours-fp8"] = lambda save: ours(save, *fp8)
     return commands
@@ -231,28 +304,46 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run at a tiny shape")
     parser.add_argument("--work", type=Path, default=Path("/tmp/eagle_train_bench"))
     parser.add_argument("--rows", type=int, default=240)
-    parser.add_argument("--distinct-rows", type=int, default=64,
-                        help="different tensor files among the rows (the rest repeat them)")
+    parser.add_argument(
+        "--distinct-rows", type=int, default=64, help="different tensor files among the rows (the rest repeat them)"
+    )
     parser.add_argument("--seq-len", type=int, nargs=2, default=(1536, 2048), metavar=("MIN", "MAX"))
     parser.add_argument("--epochs", type=int, default=2, help="epochs 2..N are timed (epoch 1 compiles)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, in rotating order")
-    parser.add_argument("--variants", nargs="*", default=None,
-                        help="subset of: ours speculators speculators-wN ours-fp8 (default: all)")
-    parser.add_argument("--fp8-features", action="store_true",
-                        help="also train on the same rows stored as fp8 (variant ours-fp8)")
-    parser.add_argument("--once", nargs="*", default=["speculators-fused"],
-                        help="variants run in the first repeat only (default: speculators-fused, which is "
-                             "expected to fail on torch 2.11)")
-    parser.add_argument("--probe-args", default="--losses fused eager",
-                        help="flags for benchmarks/train_step_probe.py (variant gpu-bound)")
-    parser.add_argument("--time-budget-s", type=float, default=None,
-                        help="start no run that would likely end past this many seconds (the last run's length "
-                             "as its estimate, or the shortest run's for a variant not run yet); the summary "
-                             "covers the runs done")
-    parser.add_argument("--runs-file", type=Path, default=None,
-                        help="JSON lines of finished runs: runs already in it (same settings) are not run "
-                             "again, new ones are appended, and the summary covers them all; lets one "
-                             "benchmark span several device calls of limited length")
+    parser.add_argument(
+        "--variants", nargs="*", default=None, help="subset of: ours speculators speculators-wN ours-fp8 (default: all)"
+    )
+    parser.add_argument(
+        "--fp8-features", action="store_true", help="also train on the same rows stored as fp8 (variant ours-fp8)"
+    )
+    parser.add_argument(
+        "--once",
+        nargs="*",
+        default=["speculators-fused"],
+        help="variants run in the first repeat only (default: speculators-fused, which is "
+        "expected to fail on torch 2.11)",
+    )
+    parser.add_argument(
+        "--probe-args",
+        default="--losses fused eager",
+        help="flags for benchmarks/train_step_probe.py (variant gpu-bound)",
+    )
+    parser.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=None,
+        help="start no run that would likely end past this many seconds (the last run's length "
+        "as its estimate, or the shortest run's for a variant not run yet); the summary "
+        "covers the runs done",
+    )
+    parser.add_argument(
+        "--runs-file",
+        type=Path,
+        default=None,
+        help="JSON lines of finished runs: runs already in it (same settings) are not run "
+        "again, new ones are appended, and the summary covers them all; lets one "
+        "benchmark span several device calls of limited length",
+    )
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
@@ -270,50 +361,88 @@ def main() -> None:
 
     started = time.perf_counter()
     write_head_only_verifier(verifier, LlamaConfig(**shape), device=device)
-    write_random_features(storage, "bench", verifier_path=verifier, layer_ids=layer_ids,
-                          hidden_size=shape["hidden_size"], vocab_size=shape["vocab_size"], num_rows=args.rows,
-                          seq_len=tuple(args.seq_len), device=device, distinct_rows=args.distinct_rows)
+    write_random_features(
+        storage,
+        "bench",
+        verifier_path=verifier,
+        layer_ids=layer_ids,
+        hidden_size=shape["hidden_size"],
+        vocab_size=shape["vocab_size"],
+        num_rows=args.rows,
+        seq_len=tuple(args.seq_len),
+        device=device,
+        distinct_rows=args.distinct_rows,
+    )
     setup_log = StampedLog("setup")
     data = build_training_data(storage, ["bench"], work, log=setup_log)
     vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=setup_log)
     fp8 = None
     if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
-        write_random_features(args.work / "storage-fp8", "bench", verifier_path=verifier, layer_ids=layer_ids,
-                              hidden_size=shape["hidden_size"], vocab_size=shape["vocab_size"], num_rows=args.rows,
-                              seq_len=tuple(args.seq_len), device=device, distinct_rows=args.distinct_rows,
-                              feature_dtype="fp8")
+        write_random_features(
+            args.work / "storage-fp8",
+            "bench",
+            verifier_path=verifier,
+            layer_ids=layer_ids,
+            hidden_size=shape["hidden_size"],
+            vocab_size=shape["vocab_size"],
+            num_rows=args.rows,
+            seq_len=tuple(args.seq_len),
+            device=device,
+            distinct_rows=args.distinct_rows,
+            feature_dtype="fp8",
+        )
         fp8_data = build_training_data(args.work / "storage-fp8", ["bench"], work, log=setup_log)
         fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, shape["vocab_size"], log=setup_log))
     os.sync()  # no write-back of the fresh files while the first run is being timed
-    print(f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
-          flush=True)
+    print(
+        f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
+        flush=True,
+    )
 
-    settings = TrainingSettings(epochs=args.epochs, draft_vocab_size=draft_vocab, total_seq_len=total_seq_len, lr=1e-3,
-                                early_stop_patience=0, log_every_steps=10)
+    settings = TrainingSettings(
+        epochs=args.epochs,
+        draft_vocab_size=draft_vocab,
+        total_seq_len=total_seq_len,
+        lr=1e-3,
+        early_stop_patience=0,
+        log_every_steps=10,
+    )
     if device == "cpu":  # no baseline on CPU: our path once (and on fp8 features), through the asset's entry point
         runs = {"ours": trainer.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))}
         if fp8 is not None:
             runs["ours-fp8"] = trainer.train(*fp8, str(verifier), settings, work, StampedLog("ours-fp8"))
         for name, run in runs.items():
-            print(f"{name}: {run.summary.get('tokens_per_s') or 0:.0f} tok/s (speculators' step records), "
-                  f"val loss {run.summary['val_loss']:.4f}", flush=True)
+            print(
+                f"{name}: {run.summary.get('tokens_per_s') or 0:.0f} tok/s (speculators' step records), "
+                f"val loss {run.summary['val_loss']:.4f}",
+                flush=True,
+            )
         if fp8 is not None and runs["ours"].summary.get("tokens_per_s"):
-            print(f"fp8_train_throughput_ratio={runs['ours-fp8'].summary['tokens_per_s'] / runs['ours'].summary['tokens_per_s']:.3f}")
+            print(
+                "fp8_train_throughput_ratio="
+                f"{runs['ours-fp8'].summary['tokens_per_s'] / runs['ours'].summary['tokens_per_s']:.3f}"
+            )
         return
 
     workers = gpu_worker_count(settings.num_processes)
     settings_loss = "fused" if settings.loss_implementation == "auto" else settings.loss_implementation
-    commands = variant_commands(settings, data, vocab, verifier, layer_ids, shape, workers, fp8,
-                                tuple(args.probe_args.split()))
+    commands = variant_commands(
+        settings, data, vocab, verifier, layer_ids, shape, workers, fp8, tuple(args.probe_args.split())
+    )
     names = args.variants or list(commands)
     unknown = set(names) - set(commands)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(commands)}")
-    epoch_tokens = [tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e)
-                    for e in range(1, args.epochs)]
-    print(f"device={torch.cuda.get_device_name()} shape=llama-3.1-8b aux+final={layer_ids} rows={data.num_rows} "
-          f"epochs={args.epochs} (timed 2..{args.epochs}) tokens_timed_per_run={sum(epoch_tokens)} "
-          f"repeats={args.repeats} order=rotating", flush=True)
+    epoch_tokens = [
+        tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e)
+        for e in range(1, args.epochs)
+    ]
+    print(
+        f"device={torch.cuda.get_device_name()} shape=llama-3.1-8b aux+final={layer_ids} rows={data.num_rows} "
+        f"epochs={args.epochs} (timed 2..{args.epochs}) tokens_timed_per_run={sum(epoch_tokens)} "
+        f"repeats={args.repeats} order=rotating",
+        flush=True,
+    )
     for name in names:
         print(f"settings[{name}]: {' '.join(commands[name](work / 'SAVE'))}", flush=True)
 
@@ -324,20 +453,28 @@ def main() -> None:
     span_rates: dict[str, list[float]] = {name: [] for name in names}
     lines = []
     # Everything that makes runs comparable; a runs file written under other settings is refused.
-    setup_key = dict(rows=data.num_rows, tokens=data.num_tokens, epochs=args.epochs, seq_len=list(args.seq_len),
-                     distinct_rows=args.distinct_rows, tokens_timed=sum(epoch_tokens),
-                     device=torch.cuda.get_device_name())
+    setup_key = dict(
+        rows=data.num_rows,
+        tokens=data.num_tokens,
+        epochs=args.epochs,
+        seq_len=list(args.seq_len),
+        distinct_rows=args.distinct_rows,
+        tokens_timed=sum(epoch_tokens),
+        device=torch.cuda.get_device_name(),
+    )
     finished: dict[tuple[int, str], dict] = {}
     if args.runs_file and args.runs_file.exists():
         for record in map(json.loads, args.runs_file.read_text().splitlines()):
             if record["setup"] != setup_key:
-                sys.exit(f"--runs-file {args.runs_file} holds runs of other settings ({record['setup']}); "
-                         f"this run's are {setup_key}: give a new file")
+                sys.exit(
+                    f"--runs-file {args.runs_file} holds runs of other settings ({record['setup']}); "
+                    f"this run's are {setup_key}: give a new file"
+                )
             finished[(record["repeat"], record["name"])] = record
     run_seconds: dict[str, float] = {}
     failures: list[str] = []
     for repeat in range(args.repeats):
-        order = names[repeat % len(names):] + names[: repeat % len(names)]
+        order = names[repeat % len(names) :] + names[: repeat % len(names)]
         for name in order:
             if repeat and name in args.once:
                 continue
@@ -363,19 +500,23 @@ def main() -> None:
             try:
                 if name == "gpu-bound":
                     rate, startup, probe_log = probe_run(name, commands[name](save), save, settings_loss)
-                    line = (f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
-                            f"startup {startup:.1f}s, resident-step rates {probe_log.rates}, {rate:.0f} tok/s")
+                    line = (
+                        f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
+                        f"startup {startup:.1f}s, resident-step rates {probe_log.rates}, {rate:.0f} tok/s"
+                    )
                 else:
                     log = timed_run(name, commands[name](save), save, args.epochs)
                     rate, startup = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs)), log.startup_seconds()
                     span_rate = sum(epoch_tokens) / log.span_seconds(args.epochs)
                     span_rates[name].append(span_rate)
                     record.update(span_tokens_per_s=span_rate)
-                    line = (f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
-                            f"startup {startup:.1f}s, epoch 1 (compile) "
-                            f"{log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
-                            f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s "
-                            f"(span {log.span_seconds(args.epochs):.2f}s: {span_rate:.0f} tok/s)")
+                    line = (
+                        f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
+                        f"startup {startup:.1f}s, epoch 1 (compile) "
+                        f"{log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
+                        f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s "
+                        f"(span {log.span_seconds(args.epochs):.2f}s: {span_rate:.0f} tok/s)"
+                    )
                 rates[name].append(rate)
                 startups[name].append(startup)
                 lines.append(line)
@@ -397,36 +538,51 @@ def main() -> None:
     expected = {name: 1 if name in args.once else args.repeats for name in names}
     failed = {name for name in names if any(f" {name}: FAILED" in line for line in failures)}
     if any(len(rates[name]) < expected[name] for name in set(names) - failed):
-        print(f"time budget {args.time_budget_s}s reached: runs done "
-              f"{ {name: len(rates[name]) for name in names} } of {expected}", flush=True)
+        print(
+            f"time budget {args.time_budget_s}s reached: runs done "
+            f"{ {name: len(rates[name]) for name in names} } of {expected}",
+            flush=True,
+        )
     names = done
     summary = [*failures]
     for name in names:
-        summary.append(f"{name}: tokens/s median {statistics.median(rates[name]):.0f} (runs "
-                       f"{' '.join(f'{r:.0f}' for r in rates[name])}; spread {spread(rates[name]):.1%}); "
-                       f"start-up median {statistics.median(startups[name]):.1f}s")
+        summary.append(
+            f"{name}: tokens/s median {statistics.median(rates[name]):.0f} (runs "
+            f"{' '.join(f'{r:.0f}' for r in rates[name])}; spread {spread(rates[name]):.1%}); "
+            f"start-up median {statistics.median(startups[name]):.1f}s"
+        )
         summary.append(f"{name.replace('-', '_')}_tokens_per_s={statistics.median(rates[name]):.0f}")
         if span_rates[name]:
-            summary.append(f"{name}: span tokens/s median {statistics.median(span_rates[name]):.0f} (runs "
-                           f"{' '.join(f'{r:.0f}' for r in span_rates[name])}; saves and validations between "
-                           f"timed epochs included)")
+            summary.append(
+                f"{name}: span tokens/s median {statistics.median(span_rates[name]):.0f} (runs "
+                f"{' '.join(f'{r:.0f}' for r in span_rates[name])}; saves and validations between "
+                f"timed epochs included)"
+            )
     for name in names:
         if name == "ours" or not rates.get("ours"):
             continue
         if name == "gpu-bound":
-            summary.append(f"gpu_bound_fraction={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
-                           f"(ours' median over the resident-batch step rate, {settings_loss} loss)")
+            summary.append(
+                f"gpu_bound_fraction={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
+                f"(ours' median over the resident-batch step rate, {settings_loss} loss)"
+            )
         elif name == "ours-fp8":
             paired = [a / b for a, b in zip(rates[name], rates["ours"])]
-            summary.append(f"fp8_train_throughput_ratio={statistics.median(rates[name]) / statistics.median(rates['ours']):.3f} "
-                           f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})")
+            summary.append(
+                f"fp8_train_throughput_ratio={statistics.median(rates[name]) / statistics.median(rates['ours']):.3f} "
+                f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})"
+            )
         else:
             key = "train_throughput_ratio" if name == "speculators" else f"train_throughput_ratio_vs_{name}"
             paired = [a / b for a, b in zip(rates["ours"], rates[name])]
-            summary.append(f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
-                           f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})")
+            summary.append(
+                f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
+                f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})"
+            )
             if span_rates["ours"] and span_rates[name]:
-                summary.append(f"{key}_span={statistics.median(span_rates['ours']) / statistics.median(span_rates[name]):.3f}")
+                summary.append(
+                    f"{key}_span={statistics.median(span_rates['ours']) / statistics.median(span_rates[name]):.3f}"
+                )
     print("\n".join(summary), flush=True)
     if out:
         (out / "train_gpu.txt").write_text("\n".join(lines + summary) + "\n")

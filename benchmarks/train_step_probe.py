@@ -3,7 +3,8 @@
     python benchmarks/train_step_probe.py [--resident-batches 8] [--steps 60] [--losses fused eager]
                                           [--profile-steps 20] -- <speculators train flags>
 
-Starts the training process exactly as ``eagle_assets.eagle3_checkpoint.trainer_process.launch`` does (speculators' config, draft,
+Starts the training process exactly as ``eagle_assets.eagle3_checkpoint.trainer_process.launch`` does \
+(speculators' config, draft,
 loaders and trainer, with this project's additions), then, instead of training epochs:
 
 1. takes the first ``--resident-batches`` batches of the real training loader and keeps them on the GPU;
@@ -12,7 +13,8 @@ loaders and trainer, with this project's additions), then, instead of training e
    ``probe resident loss=<impl> ... tokens_per_s=<rate>`` -- the step rate with no data loading at all
    (same draft, same loss, same step code), the ceiling the real loader path is measured against;
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
-   copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), to show what removing them is worth;
+   copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), \
+to show what removing them is worth;
 3. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
    host time per step spent waiting for the device, the device's busy share, and the top host ops.
 
@@ -31,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eagle_assets.eagle3_checkpoint.trainer_process import launch# noqa: E402
+from eagle_assets.eagle3_checkpoint.trainer_process import launch  # noqa: E402
 
 PROBE_LINE = "probe resident"
 
@@ -91,22 +93,39 @@ def profile_real_steps(trainer, loader, steps: int) -> None:
         marks.append(time.perf_counter())
         prof.step()
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(wait=wait, warmup=warmup, active=steps)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=wait, warmup=warmup, active=steps),
+    ) as prof:
         trainer.train_epoch(1, step_callback=step_done)
     torch.cuda.synchronize()
     trainer.config = trainer.config._replace(max_steps=None)
     averages = prof.key_averages()
     wall = marks[-1] - marks[wait + warmup - 1] if len(marks) > wait + warmup else float("nan")
     device_us = sum(e.self_device_time_total for e in averages if e.device_type.name == "CUDA")
-    syncs = {e.key: (e.count, e.cpu_time_total) for e in averages
-             if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                          "cudaMemcpyAsync", "aten::item", "aten::_local_scalar_dense")}
-    print(f"probe profile: {steps} real steps, wall {wall * 1000 / steps:.1f} ms/step, device kernels "
-          f"{device_us / 1000 / steps:.1f} ms/step (busy {device_us / 1e6 / wall:.1%})", flush=True)
+    syncs = {
+        e.key: (e.count, e.cpu_time_total)
+        for e in averages
+        if e.key
+        in (
+            "cudaStreamSynchronize",
+            "cudaDeviceSynchronize",
+            "cudaEventSynchronize",
+            "cudaMemcpyAsync",
+            "aten::item",
+            "aten::_local_scalar_dense",
+        )
+    }
+    print(
+        f"probe profile: {steps} real steps, wall {wall * 1000 / steps:.1f} ms/step, device kernels "
+        f"{device_us / 1000 / steps:.1f} ms/step (busy {device_us / 1e6 / wall:.1%})",
+        flush=True,
+    )
     for key, (count, cpu_us) in sorted(syncs.items()):
-        print(f"probe profile: {key}: {count / steps:.2f} calls/step, {cpu_us / 1000 / steps:.2f} ms/step host",
-              flush=True)
+        print(
+            f"probe profile: {key}: {count / steps:.2f} calls/step, {cpu_us / 1000 / steps:.2f} ms/step host",
+            flush=True,
+        )
     print(averages.table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
 
 
@@ -116,8 +135,11 @@ def probe(trainer, args) -> None:
     real_loader = trainer.train_loader
     resident = list(itertools.islice(iter(real_loader), args.resident_batches))
     tokens_per_batch = [int((b["document_ids"] != -1).sum()) for b in resident]
-    print(f"probe: {len(resident)} resident batches, {sum(tokens_per_batch) / len(resident):.0f} tokens each on "
-          f"average, device {torch.cuda.get_device_name()}", flush=True)
+    print(
+        f"probe: {len(resident)} resident batches, {sum(tokens_per_batch) / len(resident):.0f} tokens each on "
+        f"average, device {torch.cuda.get_device_name()}",
+        flush=True,
+    )
     for implementation in args.losses:
         use_loss(trainer, implementation)
         timed_steps(trainer, resident, args.warmup_steps, tokens_per_batch)  # compiles for this loss
@@ -134,9 +156,11 @@ def probe(trainer, args) -> None:
                 seconds, tokens = timed_steps(trainer, resident, args.steps, tokens_per_batch)
             finally:
                 trainer_module.torch = patched
-            print(f"{PROBE_LINE} loss={implementation} ({label}): steps={args.steps} tokens={tokens} "
-                  f"seconds={seconds:.3f} step_ms={seconds / args.steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f}",
-                  flush=True)
+            print(
+                f"{PROBE_LINE} loss={implementation} ({label}): steps={args.steps} tokens={tokens} "
+                f"seconds={seconds:.3f} step_ms={seconds / args.steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f}",
+                flush=True,
+            )
     if args.profile_steps:
         profile_real_steps(trainer, real_loader, args.profile_steps)
 
@@ -147,8 +171,11 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=12, help="untimed steps per loss (compilation)")
     parser.add_argument("--steps", type=int, default=60, help="timed steps per loss")
     parser.add_argument("--losses", nargs="+", default=["fused"], choices=["fused", "eager"])
-    parser.add_argument("--with-host-syncs", action="store_true",
-                        help="also time the resident steps with speculators' blocking scalar copies")
+    parser.add_argument(
+        "--with-host-syncs",
+        action="store_true",
+        help="also time the resident steps with speculators' blocking scalar copies",
+    )
     parser.add_argument("--profile-steps", type=int, default=0, help="profile this many real-loader steps")
     parser.add_argument("--metrics-file", type=Path, default=Path("probe-metrics.jsonl"))
     argv = sys.argv[1:]
@@ -170,7 +197,7 @@ def main() -> None:
         cli.Trainer = ProbeTrainer
 
     launch._install_trainer = install_then_probe
-    launch.main(["--metrics-file", str(args.metrics_file), "--", *argv[split + 1:]])
+    launch.main(["--metrics-file", str(args.metrics_file), "--", *argv[split + 1 :]])
 
 
 if __name__ == "__main__":

@@ -242,7 +242,8 @@ class VerifierBackend:
         if not full.startswith(prompt):
             raise ValueError(
                 "the chat template renders the conversation differently with the reply appended, so the "
-                f"reply cannot be located: prompt ends {prompt[-80:]!r}, full text there {full[len(prompt) - 80 : len(prompt)]!r}"
+                f"reply cannot be located: prompt ends {prompt[-80:]!r}, "
+                f"full text there {full[len(prompt) - 80 : len(prompt)]!r}"
             )
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         completion_ids = tokenizer.encode(full[len(prompt) :], add_special_tokens=False)

@@ -7,10 +7,10 @@ A source yields *raw records*, one per dataset row, in either of the two common 
 
 plus optional ``"id"``, ``"metadata"`` and ``"group"`` keys. ``group`` names the *problem* a row asks
 (rows worded differently but asking the same thing share it); the split hashes it, so such rows never
-land on both sides of the train/held-out line. Without it a row's group is its normalized text. The ``prompts`` asset normalizes, validates, dedups
-and ids them (``eagle_assets.prompts.records``), so a source stays a thin reader. A row the source
-cannot even read (a broken JSON line, undecodable bytes) is yielded as :class:`SkippedRow` with a
-reason instead of raising, so one bad line never loses the rest of the file.
+land on both sides of the train/held-out line. Without it a row's group is its normalized text. The ``prompts``
+asset normalizes, validates, dedups and ids them (``eagle_assets.prompts.records``), so a source stays a thin
+reader. A row the source cannot even read (a broken JSON line, undecodable bytes) is yielded as
+:class:`SkippedRow` with a reason instead of raising, so one bad line never loses the rest of the file.
 """
 
 from __future__ import annotations

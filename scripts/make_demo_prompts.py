@@ -90,7 +90,8 @@ CHAT = [
     ),
     (
         "Summarize the plot of Cinderella in two sentences.",
-        "A kind young woman mistreated by her stepfamily goes to a royal ball with help from her fairy godmother. She flees at midnight leaving a glass slipper, and the prince uses it to find and marry her.",
+        "A kind young woman mistreated by her stepfamily goes to a royal ball with help from her fairy godmother. "
+        "She flees at midnight leaving a glass slipper, and the prince uses it to find and marry her.",
     ),
     (
         "What is photosynthesis?",
@@ -116,7 +117,8 @@ CHAT = [
     ("What is the chemical symbol for gold?", "Au."),
     (
         "Why is the sky blue?",
-        "Air scatters short blue wavelengths of sunlight much more than red ones, so blue light reaches us from every direction.",
+        "Air scatters short blue wavelengths of sunlight much more than red ones, "
+        "so blue light reaches us from every direction.",
     ),
     ("How do you say 'thank you' in Japanese?", "Arigatou (ありがとう)."),
     (
@@ -143,7 +145,8 @@ CHAT = [
     ("What is a prime number?", "A whole number greater than 1 whose only divisors are 1 and itself."),
     (
         "How do I make my houseplants healthier?",
-        "Water only when the top of the soil is dry, give them bright indirect light, and repot when roots crowd the pot.",
+        "Water only when the top of the soil is dry, give them bright indirect light, "
+        "and repot when roots crowd the pot.",
     ),
     ("Who painted the Mona Lisa?", "Leonardo da Vinci."),
     ("What is the square root of 81?", "9."),

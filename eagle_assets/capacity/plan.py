@@ -155,7 +155,8 @@ def build_plan(
             "eagle3_checkpoint",
             data + weights,
             data + weights,
-            f"training folder {TRAINING_ROW_BYTES_PER_TOKEN} B/train token (Arrow int64 ids + mask; features are links) "
+            f"training folder {TRAINING_ROW_BYTES_PER_TOKEN} B/train token "
+            "(Arrow int64 ids + mask; features are links) "
             f"+ ~{weights / 1e9:.2f} GB draft weights (fp32 upper bound, frozen embedding included)",
             EPOCHS * stats.train_tokens / train_rate.tokens_per_s / 3600,
             f"{EPOCHS} epochs x {stats.train_tokens:,} train tokens; draft vocab {vocab:,}; {train_rate.source}",

@@ -1,14 +1,16 @@
-"""Start the training process (speculators' trainer via :mod:`~eagle_assets.eagle3_checkpoint.trainer_process.launch`) and stream its log.
+"""Start the training process (speculators' trainer via
+:mod:`~eagle_assets.eagle3_checkpoint.trainer_process.launch`) and stream its log.
 
-Training runs in a child process -- ``python -m eagle_assets.eagle3_checkpoint.trainer_process.launch`` or, for several GPUs,
-``torchrun -m eagle_assets.eagle3_checkpoint.trainer_process.launch`` -- started with an argument list. The child's output is
-forwarded line by line to the caller's logger (the Dagster step log), so progress stays visible, and the
-CPU patches never touch the calling process. A run folder is named by a hash of the data and settings:
-re-running after a crash resumes from speculators' last epoch checkpoint, and a finished run is reused.
+Training runs in a child process -- ``python -m eagle_assets.eagle3_checkpoint.trainer_process.launch`` or, for
+several GPUs, ``torchrun -m eagle_assets.eagle3_checkpoint.trainer_process.launch`` -- started with an argument
+list. The child's output is forwarded line by line to the caller's logger (the Dagster step log), so progress stays
+visible, and the CPU patches never touch the calling process. A run folder is named by a hash of the data and
+settings: re-running after a crash resumes from speculators' last epoch checkpoint, and a finished run is reused.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -206,7 +208,7 @@ def _wall_clock_rates(trains: list[dict]) -> list[float]:
     seconds between them. speculators' own per-step figure starts its clock, for a record after
     unlogged steps, before the GPU has drained them, so it reads low when ``log_freq`` > 1."""
     rates = []
-    for before, after in zip(trains, trains[1:]):
+    for before, after in itertools.pairwise(trains):
         profile = after.get("profile") or {}
         seconds = after["time"] - before["time"]
         if after.get("epoch") != before.get("epoch") or seconds <= 0 or not profile.get("step_ms"):

@@ -1,4 +1,5 @@
-"""The ``eagle3_eval`` asset: acceptance of an EAGLE-3 draft, measured by vLLM speculative decoding, and simulated offline.
+"""The ``eagle3_eval`` asset: acceptance of an EAGLE-3 draft, measured by vLLM speculative decoding, and simulated
+offline.
 
 Both numbers use vLLM's convention, acceptance length τ = 1 + accepted draft tokens / drafts (the
 verifier's own token at each step is the +1), so they compare directly:

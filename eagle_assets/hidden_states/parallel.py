@@ -11,7 +11,8 @@ engine instead (the ``vllm`` and ``kimi`` backends), in one process.
   Every content id goes to exactly one worker, so no two workers ever write the same file; resume
   needs nothing extra, because the to-do list is simply what is not on disk yet.
 - Workers write with their own :class:`~eagle_assets.hidden_states.files.SampleWriter` (of the
-  caller's writer's class; atomic renames) and send progress and their written files (sha256, bytes) to the parent over a queue.
+  caller's writer's class; atomic renames) and send progress and their written files (sha256, bytes) to the parent
+  over a queue.
   The parent merges them into the caller's writer, so the asset writes ``index.parquet`` and
   ``manifest.json`` once, exactly as after a single-process run.
 - Failure: the first worker error (with its traceback), or a worker that dies without one (killed,
@@ -104,7 +105,7 @@ def _worker(job: _Job, messages) -> None:
         messages.put(("done", job.rank, written))
     except BaseException:
         messages.put(("error", job.rank, traceback.format_exc()))
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 def _stop(processes) -> None:

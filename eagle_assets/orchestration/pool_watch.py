@@ -142,7 +142,8 @@ class PoolWaitWatcher:
                 self._reported[key] = now
                 holders = [describe_holder(self.instance, s.run_id, s.step_key) for s in info.claimed_slots]
                 self.log.warning(
-                    f"step {pending.step_key} of run {pending.run_id} has waited {short_duration(waited)} for a slot of "
+                    f"step {pending.step_key} of run {pending.run_id} has waited {short_duration(waited)} "
+                    "for a slot of "
                     f"pool {pool!r} (limit {info.slot_count}); held by: "
                     + ("; ".join(text for text, _ in holders) or "nobody (the next claim takes it)")
                 )

@@ -1,4 +1,5 @@
-"""The ``reasoning_samples`` asset: capturing the verifier's own reasoning and answers from an OpenAI-compatible vLLM server.
+"""The ``reasoning_samples`` asset: capturing the verifier's own reasoning and answers from an OpenAI-compatible
+vLLM server.
 
 * :mod:`.parsing` turns one chat-completion response into a sample row;
 * :mod:`.engine` sends prompts with bounded concurrency over one or more base URLs;

@@ -15,8 +15,8 @@ import csv
 from pathlib import Path
 
 from eagle_assets import hookimpl
-from eagle_assets.sources import DatasetSource, RawRecord, SkippedRow, SourceUnavailable
 from eagle_assets.core.files import file_sha256
+from eagle_assets.sources import DatasetSource, RawRecord, SkippedRow, SourceUnavailable
 
 SAMPLE = Path(__file__).with_name("sample.csv")
 
@@ -49,5 +49,8 @@ class CsvQuestionAnswers(DatasetSource):
 
 @hookimpl
 def register_dataset_sources(register):
-    register(CsvQuestionAnswers(name="csv_qa", description="Question/answer pairs from a CSV file",
-                                default_location=str(SAMPLE)))
+    register(
+        CsvQuestionAnswers(
+            name="csv_qa", description="Question/answer pairs from a CSV file", default_location=str(SAMPLE)
+        )
+    )

@@ -1,8 +1,8 @@
 """Training process entry point: speculators' own ``train`` command, plus early stopping and a metrics file.
 
-Run as ``python -m eagle_assets.eagle3_checkpoint.trainer_process.launch [OWN FLAGS] -- [speculators train flags]`` or, for
-several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.eagle3_checkpoint.trainer_process.launch ...``. The flags after
-``--`` are resolved by speculators' own ``TrainConfig.resolve`` and run by its ``train.cli.main``
+Run as ``python -m eagle_assets.eagle3_checkpoint.trainer_process.launch [OWN FLAGS] -- [speculators train flags]``
+or, for several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.eagle3_checkpoint.trainer_process.launch ...``.
+The flags after ``--`` are resolved by speculators' own ``TrainConfig.resolve`` and run by its ``train.cli.main``
 (config, draft model, data loaders, trainer, checkpointer -- all speculators). This module adds:
 
 - the CPU adaptations of :mod:`eagle_assets.eagle3_checkpoint.trainer_process.cpu` when CUDA is absent;
@@ -13,7 +13,8 @@ several GPUs, ``torchrun --nproc_per_node=N -m eagle_assets.eagle3_checkpoint.tr
 - no host-device synchronisation in a training step outside logging steps
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`);
 - speculators' fused Triton loss made callable from the compiled draft
-  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.fused_loss`), when ``--loss-implementation fused`` (speculators' default);
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.fused_loss`), when ``--loss-implementation fused``
+  (speculators' default);
 - early stopping: training ends once validation loss has not improved for ``--early-stop-patience``
   epochs (speculators has no such option);
 - ``--metrics-file``: every metric record speculators logs, one JSON line each (rank 0), so the
@@ -94,7 +95,8 @@ class MetricsRecorder(logging.Handler):
                 self._last_print = now
                 train, profile = msg["train"], msg.get("profile") or {}
                 print(
-                    f"epoch {msg.get('epoch')} step {msg.get('global_step')}: loss {train.get('loss', float('nan')):.4f} "
+                    f"epoch {msg.get('epoch')} step {msg.get('global_step')}: "
+                    f"loss {train.get('loss', float('nan')):.4f} "
                     f"full_acc_0 {train.get('full_acc_0', float('nan')):.3f} "
                     f"tokens/s {profile.get('tokens_per_s', float('nan')):.0f}",
                     flush=True,
