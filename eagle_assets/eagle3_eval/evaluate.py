@@ -82,11 +82,12 @@ SHARED_KEYS = ("num_speculative_tokens", "acceptance_convention")
 
 
 def tau_by_set(metadata: dict) -> dict[str, float]:
-    """vLLM-measured τ per prompt set from :meth:`Evaluation.metadata_by_set`'s keys (or a report of them)."""
+    """vLLM-measured τ per prompt set from :meth:`Evaluation.metadata_by_set`'s keys (or a report of them):
+    ``<set>/acceptance_length``, not a set's per-variant ``<set>/variant[<name>]/acceptance_length``."""
     return {
         key.removesuffix("/acceptance_length"): getattr(value, "value", value)
         for key, value in metadata.items()
-        if key.endswith("/acceptance_length")
+        if key.endswith("/acceptance_length") and key.count("/") == 1
     }
 
 

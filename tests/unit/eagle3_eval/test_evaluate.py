@@ -18,13 +18,18 @@ def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
     from eagle_assets.eagle3_eval.evaluate import EvaluationError, speculative_server
     from eagle_assets.resources import VLLMServer
 
-    base = VLLMServer(model="/models/verifier", port=8000, max_model_len=4096, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-                      extra_args=["--seed", "0"])
+    base = VLLMServer(
+        model="/models/verifier",
+        port=8000,
+        max_model_len=4096,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=["--seed", "0"],
+    )
     spec = speculative_server(base, Path("/ckpt/draft"), 3, port=8001)
     assert (spec.port, spec.model, spec.max_model_len, spec.env) == (8001, base.model, 4096, base.env)
     argv = spec.command(spec.model)
     flag = argv.index("--speculative-config")
-    assert argv[flag - 2:flag] == ["--seed", "0"]
+    assert argv[flag - 2 : flag] == ["--seed", "0"]
     assert json.loads(argv[flag + 1]) == {"method": "eagle3", "model": "/ckpt/draft", "num_speculative_tokens": 3}
     with pytest.raises(EvaluationError, match="already holds --speculative-config"):
         speculative_server(spec, Path("/ckpt/other"), 3)
@@ -38,9 +43,15 @@ def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]])
 
     path = prompts_file(root, partition)
     path.parent.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(
-        [{"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
-         for pid, split, group in rows]), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
+                for pid, split, group in rows
+            ]
+        ),
+        path,
+    )
 
 
 def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
@@ -51,7 +62,7 @@ def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
     _write_prompts(tmp_path, "resplit", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3")])
     trained = TrainedOn(prompt_ids=frozenset({"c"}), group_ids=frozenset({"g1", "g2", "g3"}))
     chosen = heldout_set("in-distribution", tmp_path, ["resplit"], 64, trained)
-    with pytest.raises(EvalSetError, match="left once the 2 whose problem .* re-materialize eagle3_checkpoint"):
+    with pytest.raises(EvalSetError, match=r"left once the 2 whose problem .* re-materialize eagle3_checkpoint"):
         require_prompts(chosen)
     _write_prompts(tmp_path, "trainonly", [("d", "train", "g4"), ("e", "validation", "g5")])
     with pytest.raises(EvalSetError, match=r"\['trainonly'\] have no heldout rows: .* larger heldout_fraction"):
@@ -78,8 +89,10 @@ def server_info_answering():
         yield answer
 
 
-@pytest.mark.parametrize("status, body, said", [(500, b"boom", "HTTP 500 Internal Server Error"),
-                                                (404, b"", "HTTP 404 Not Found"), (200, b"<html>", "no JSON")])
+@pytest.mark.parametrize(
+    "status, body, said",
+    [(500, b"boom", "HTTP 500 Internal Server Error"), (404, b"", "HTTP 404 Not Found"), (200, b"<html>", "no JSON")],
+)
 def test_an_unreadable_server_info_is_a_served_draft_error_naming_dev_mode(server_info_answering, status, body, said):
     from eagle_assets.eagle3_eval.served import SERVER_INFO, ServedDraftError, served_speculative_config
 
@@ -100,3 +113,17 @@ def test_server_info_names_the_served_draft(server_info_answering):
     spec = {"method": "eagle3", "model": "/ckpt/0123", "num_speculative_tokens": 3}
     server_info_answering["body"] = json.dumps({"vllm_config": {"speculative_config": spec}}).encode()
     assert served_speculative_config(server_info_answering["url"]) == spec
+
+
+def test_tau_per_prompt_set_leaves_out_each_sets_variants():
+    """`eagle-assets checkpoints` shows one τ per evaluated prompt set; the per-variant τ of a set (sampling
+    variants) is in the evaluation's metadata, not a set of its own."""
+    from eagle_assets.eagle3_eval.evaluate import tau_by_set
+
+    metadata = {
+        "heldout[demo]/acceptance_length": 3.5,
+        "heldout[demo]/variant[instant]/acceptance_length": 3.4,
+        "heldout[demo]/drafts": 10,
+        "ood[demo_ood]/acceptance_length": 2.9,
+    }
+    assert tau_by_set(metadata) == {"heldout[demo]": 3.5, "ood[demo_ood]": 2.9}
