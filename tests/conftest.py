@@ -1,5 +1,9 @@
-"""Fixtures every kind of test shares: the embedded tiny verifiers, one real vLLM server per verifier and
-one `dagster dev` per test run (each started on first use), random training features.
+"""Fixtures every kind of test shares: the embedded tiny verifiers, one real vLLM server per verifier, one
+`dagster dev` and one demo per verifier per test run, random training features.
+
+The servers, the UI and the demos are slow to start; each is started once, in the background
+(tests/helpers/background.py), at the run's first test when a test of the run needs it, and the tests
+that need it wait for it. A run without such tests (``pytest tests/unit``) starts none.
 
 Where a test lives says what it needs: ``unit/`` (in-process, no server), ``integration/`` (the real vLLM
 server, real Dagster processes), ``e2e/`` (the demo, crashes, the browser); each test carries that
@@ -8,6 +12,7 @@ folder's marker, so ``-m "not e2e"`` and the like select by kind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -62,10 +67,24 @@ def vllm_server_config(tiny_verifier, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def vllm_server_urls(vllm_server_config):
-    """ONE real vLLM server on the tiny verifier for the whole run, started by the resource; its base URLs."""
-    with vllm_server_config.serve() as urls:
-        yield urls
+def vllm_server(vllm_server_config):
+    """ONE real vLLM server on the tiny verifier for the whole run, started by the resource in the background."""
+    from tests.helpers.background import InBackground
+    from tests.helpers.runs import stop_server
+
+    server = InBackground(
+        "vllm-server",
+        vllm_server_config.serve,
+        abort=lambda: stop_server(vllm_server_config.port, vllm_server_config.state_dir),
+    )
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server_urls(vllm_server):
+    """The session server's base URLs, once it is ready."""
+    return vllm_server.value()
 
 
 @pytest.fixture(scope="session")
@@ -81,28 +100,111 @@ def kimi_server_config(tiny_kimi):
     """The VLLMServer resource serving tiny-kimi exactly as `eagle-assets demo --verifier tiny-kimi --port
     <its port>` does (kimi_k2 parser, vision inputs off, the demo's KV cache and state folder), so the
     tiny-kimi demo attaches to this server; the port after it is left for the demo's speculating server."""
-    from eagle_assets.tiny_verifier.embedded import embedded_resources
+    from eagle_assets.resources.embedded import embedded_resources
     from tests.helpers.ports import free_port
     from tests.helpers.runs import KV_CACHE_GB
 
     return embedded_resources("tiny-kimi", port=free_port(span=2), env={"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GB})[
-        "vllm_server"]
+        "vllm_server"
+    ]
 
 
 @pytest.fixture(scope="session")
-def kimi_server_urls(kimi_server_config):
-    """ONE real vLLM server on tiny-kimi for the whole run (started on first use); its base URLs."""
-    with kimi_server_config.serve() as urls:
-        yield urls
+def kimi_server(kimi_server_config):
+    """ONE real vLLM server on tiny-kimi for the whole run, started by the resource in the background."""
+    from tests.helpers.background import InBackground
+    from tests.helpers.runs import stop_server
+
+    server = InBackground("kimi-server", kimi_server_config.serve, abort=lambda: stop_server(kimi_server_config.port))
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")
-def dagster_ui(tmp_path_factory):
-    """The session's ``dagster dev`` with a throwaway DAGSTER_HOME and storage root; yields its base URL."""
+def kimi_server_urls(kimi_server):
+    """The tiny-kimi server's base URLs, once it is ready."""
+    return kimi_server.value()
+
+
+@pytest.fixture(scope="session")
+def dagster_ui_server(tmp_path_factory):
+    """The session's ``dagster dev`` with a throwaway DAGSTER_HOME and storage root, started in the background."""
+    from tests.helpers.background import InBackground
     from tests.helpers.dagster_ui import serve_ui
 
-    with serve_ui(tmp_path_factory.mktemp("dagster_home"), tmp_path_factory.mktemp("data")) as url:
-        yield url
+    home, data = tmp_path_factory.mktemp("dagster_home"), tmp_path_factory.mktemp("data")
+    ui = InBackground("dagster-dev", lambda: serve_ui(home, data))
+    yield ui
+    ui.close()
+
+
+@pytest.fixture(scope="session")
+def dagster_ui(dagster_ui_server):
+    """The session's ``dagster dev``: its base URL, once it serves the asset graph."""
+    return dagster_ui_server.value()
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """tiny-qwen3's demo after a SIGKILLed one (tests/helpers/demo.py), run in the background; tests read it
+    through tests/e2e/conftest.py's ``demo``."""
+    from tests.helpers.background import InBackground
+    from tests.helpers.demo import demo_after_a_killed_one, stop_demos
+    from tests.helpers.ports import free_port
+
+    base, port, started = tmp_path_factory.mktemp("demo-tiny-qwen3"), free_port(span=2), []
+    run = InBackground(
+        "demo tiny-qwen3",
+        lambda: demo_after_a_killed_one(base, "tiny-qwen3", port, started),
+        abort=lambda: stop_demos(started, port),
+    )
+    yield run
+    run.close()
+
+
+@pytest.fixture(scope="session")
+def kimi_demo_run(tmp_path_factory, kimi_server_config, kimi_server):
+    """tiny-kimi's demo, run once to its end in the background as soon as the session's tiny-kimi server is
+    ready: its capture attaches to that server (served as the demo serves it, on the port given to the
+    demo) instead of starting another; its speculating server is its own. Tests read it through
+    tests/e2e/conftest.py's ``kimi_demo``."""
+    from tests.helpers.background import InBackground
+    from tests.helpers.demo import completed_demo, stop_demos
+
+    base, started = tmp_path_factory.mktemp("demo-tiny-kimi"), []
+
+    def attached_demo():
+        kimi_server.value()
+        return completed_demo(base, "tiny-kimi", kimi_server_config.port, started)
+
+    # Stopping the demo's speculating server only: the capture server is the session's.
+    run = InBackground("demo tiny-kimi", attached_demo, abort=lambda: stop_demos(started, kimi_server_config.port + 1))
+    yield run
+    run.close()
+
+
+# Started at the run's first test when a test of the run needs them, longest first.
+STARTED_EARLY = ("kimi_demo_run", "demo_run", "kimi_server", "vllm_server", "dagster_ui_server")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_early(request):
+    """Start, at the run's first test, each slow session resource a test of the run will need, so that it
+    loads while the tests before that one run."""
+    needed = {name for item in request.session.items for name in item.fixturenames}
+    # A fixture parametrized over these (tests/e2e/conftest.py's any_demo) names them as its parameters.
+    needed |= {
+        value
+        for item in request.session.items
+        if hasattr(item, "callspec")
+        for value in item.callspec.params.values()
+        if isinstance(value, str)
+    }
+    for name in STARTED_EARLY:
+        if name in needed:
+            # A resource that cannot even start fails the tests that need it (pytest keeps the error), not this one.
+            with contextlib.suppress(Exception):
+                request.getfixturevalue(name)
 
 
 @pytest.fixture(scope="session")

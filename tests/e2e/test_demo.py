@@ -42,9 +42,10 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(any_demo):
     # The captured samples' quality classes, as shares.
     assert re.search(r"^sample quality \(demo\): [a-z_]+ \d+\.\d%", output, flags=re.MULTILINE), output[-3000:]
     # τ per sampling variant: the demo asks a fifth of its prompts in instant mode.
-    assert re.search(r"per sampling variant: instant τ \d\.\d+ \(\d+ prompts\), thinking τ \d\.\d+", output), \
-        output[-3000:]
-    tail = output[output.index("acceptance_length="):]
+    assert re.search(r"per sampling variant: instant τ \d\.\d+ \(\d+ prompts\), thinking τ \d\.\d+", output), output[
+        -3000:
+    ]
+    tail = output[output.index("acceptance_length=") :]
     assert "lineage:" in tail and "prompts[demo]" in tail
     # The hidden states came from this verifier's backend (tiny-kimi: `kimi`, vLLM's extract_hidden_states).
     assert f"hidden_states[demo]: backend {embedded_verifier(verifier).backend}," in tail

@@ -30,48 +30,81 @@ def evaluated(demo):
     metadata), the demo's run first), ``root``, ``instance``, ``defs``, ``resources``."""
     import dagster as dg
 
+    from eagle_assets.core.partitions import add_training_run
     from eagle_assets.demo.command import DEMO_OPS
     from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
     from eagle_assets.eagle3_eval import asset as eagle3_eval
-    from eagle_assets.orchestration.partitions import add_training_run, source_partitions
+    from eagle_assets.orchestration.partitions import source_partitions
     from eagle_assets.orchestration.recovery import in_process_runs
     from eagle_assets.resources import StorageRoot
-    from eagle_assets.tiny_verifier.embedded import embedded_resources
+    from eagle_assets.resources.embedded import embedded_resources
 
     built = [family.build(source_partitions()) for family in (eagle3_checkpoint, eagle3_eval)]
     defs = [d for b in built for d in (*b["assets"], *b.get("checks", []))]
     resources = {"storage": StorageRoot(root=str(demo.root)), **embedded_resources(demo.verifier, port=demo.port)}
-    (run, recipe), = [(run, recipe) for run, recipe in RECIPES.items() if run != "demo"]
+    ((run, recipe),) = [(run, recipe) for run, recipe in RECIPES.items() if run != "demo"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DAGSTER_HOME", str(demo.home))
         with dg.DagsterInstance.get() as instance, in_process_runs(instance, by="test") as worker:
+
             def latest(asset: str, partition: str):
                 records = instance.fetch_materializations(
-                    dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1).records
+                    dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+                ).records
                 return records[0].asset_materialization if records else None
 
             # The demo materialized what both runs train on, and the out-of-distribution set (an
             # evaluation-only source's prompts, all heldout).
-            assert all(latest(asset, "demo") for asset in ("prompts", "reasoning_samples", "token_sequences",
-                                                           "hidden_states"))
+            assert all(
+                latest(asset, "demo") for asset in ("prompts", "reasoning_samples", "token_sequences", "hidden_states")
+            )
             assert latest("prompts", "demo_ood")
             runs = {"demo": (_metadata(latest("eagle3_checkpoint", "demo")), _metadata(latest("eagle3_eval", "demo")))}
             add_training_run(instance, run)
-            trained = dg.materialize(defs, selection=["eagle3_checkpoint"], instance=instance, resources=resources,
-                                     partition_key=run, tags=worker, run_config={"ops": {"eagle3_checkpoint": {"config": {
-                                         **DEMO_OPS["eagle3_checkpoint"]["config"], **recipe,
-                                         "min_val_accuracy": eagle3_checkpoint.MIN_VAL_ACCURACY}}}})
+            trained = dg.materialize(
+                defs,
+                selection=["eagle3_checkpoint"],
+                instance=instance,
+                resources=resources,
+                partition_key=run,
+                tags=worker,
+                run_config={
+                    "ops": {
+                        "eagle3_checkpoint": {
+                            "config": {
+                                **DEMO_OPS["eagle3_checkpoint"]["config"],
+                                **recipe,
+                                "min_val_accuracy": eagle3_checkpoint.MIN_VAL_ACCURACY,
+                            }
+                        }
+                    }
+                },
+            )
             assert trained.success
             result = dg.materialize(
-                defs, selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance, resources=resources,
-                partition_key=run, tags=worker, run_config={"ops": {"eagle3_eval": {"config": EVAL}}},
+                defs,
+                selection=dg.AssetSelection.assets("eagle3_eval"),
+                instance=instance,
+                resources=resources,
+                partition_key=run,
+                tags=worker,
+                run_config={"ops": {"eagle3_eval": {"config": EVAL}}},
             )
             assert result.success
             [checkpoint], [evaluation] = (r.get_asset_materialization_events() for r in (trained, result))
-            runs[run] = (_metadata(checkpoint.step_materialization_data.materialization),
-                         _metadata(evaluation.step_materialization_data.materialization))
-            yield {"meta": runs[run][1], "checks": {c.check_name: c for c in result.get_asset_check_evaluations()},
-                   "runs": runs, "root": demo.root, "instance": instance, "defs": defs, "resources": resources}
+            runs[run] = (
+                _metadata(checkpoint.step_materialization_data.materialization),
+                _metadata(evaluation.step_materialization_data.materialization),
+            )
+            yield {
+                "meta": runs[run][1],
+                "checks": {c.check_name: c for c in result.get_asset_check_evaluations()},
+                "runs": runs,
+                "root": demo.root,
+                "instance": instance,
+                "defs": defs,
+                "resources": resources,
+            }
 
 
 def test_eval_measures_acceptance_with_vllm(evaluated):
@@ -128,25 +161,38 @@ def test_two_training_runs_live_side_by_side(evaluated):
     lines = listed.output.splitlines()
     for run, (_, evaluation) in runs.items():
         at = lines.index(next(line for line in lines if line.startswith(f"{folders[run].name}  run {run}  ")))
-        block = lines[at:at + 5]
+        block = lines[at : at + 5]
         assert block[1] == f"  recipe: epochs={RECIPES[run]['epochs']}, lr=0.003", block
         assert block[2].startswith("  data: prompts[demo] ") and "hidden_states[demo] " in block[2]
-        assert block[3] == (f"  tau: {HELDOUT} {evaluation[f'{HELDOUT}/acceptance_length']:.3f}, "
-                            f"{OOD} {evaluation[f'{OOD}/acceptance_length']:.3f}")
+        assert block[3] == (
+            f"  tau: {HELDOUT} {evaluation[f'{HELDOUT}/acceptance_length']:.3f}, "
+            f"{OOD} {evaluation[f'{OOD}/acceptance_length']:.3f}"
+        )
         assert block[4] == "  lineage: ok", listed.output
 
     first, second = RECIPES
     # The other run's checkpoint is refused by name, before any server starts.
-    other = dg.materialize(evaluated["defs"], selection=dg.AssetSelection.assets("eagle3_eval"), instance=instance,
-                           resources=evaluated["resources"], partition_key=second, raise_on_error=False,
-                           run_config={"ops": {"eagle3_eval": {"config": {"checkpoint": folders[first].name}}}})
+    other = dg.materialize(
+        evaluated["defs"],
+        selection=dg.AssetSelection.assets("eagle3_eval"),
+        instance=instance,
+        resources=evaluated["resources"],
+        partition_key=second,
+        raise_on_error=False,
+        run_config={"ops": {"eagle3_eval": {"config": {"checkpoint": folders[first].name}}}},
+    )
     [failure] = other.get_step_failure_events()
     assert f"belongs to training run {first!r}, not {second!r}" in failure.step_failure_data.error.message
     # A run name stands for one recipe.
-    changed = dg.materialize(evaluated["defs"], selection=["eagle3_checkpoint"], instance=instance,
-                             resources=evaluated["resources"], partition_key=second, raise_on_error=False,
-                             run_config={"ops": {"eagle3_checkpoint": {"config": {
-                                 **runs[second][0]["recipe"], "epochs": 5}}}})
+    changed = dg.materialize(
+        evaluated["defs"],
+        selection=["eagle3_checkpoint"],
+        instance=instance,
+        resources=evaluated["resources"],
+        partition_key=second,
+        raise_on_error=False,
+        run_config={"ops": {"eagle3_checkpoint": {"config": {**runs[second][0]["recipe"], "epochs": 5}}}},
+    )
     assert not changed.get_asset_materialization_events()
     [failure] = changed.get_step_failure_events()
     assert f"epochs: {RECIPES[second]['epochs']} -> 5" in failure.step_failure_data.error.message

@@ -17,7 +17,9 @@ STEP_TIMEOUT_MS = 30_000
 
 def playwright_api():
     """Playwright's sync API; skips the calling test (or module), saying why, without it or a Chromium."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'"
+    )
     if shutil.which("chromium") is None:
         pytest.skip("no Chromium on PATH: apt-get install -y chromium (.ci/run installs it)", allow_module_level=True)
     return sync_api
@@ -31,8 +33,9 @@ def browser_page() -> Iterator:
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(STEP_TIMEOUT_MS)
         # A fresh instance greets its first visitor with a newsletter dialog, over whatever page comes first.
-        page.add_locator_handler(page.get_by_text("Join the Dagster community"),
-                                 lambda: page.get_by_role("button", name="Skip").click())
+        page.add_locator_handler(
+            page.get_by_text("Join the Dagster community"), lambda: page.get_by_role("button", name="Skip").click()
+        )
         try:
             yield page
         finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.helpers.processes import kill_group
 
 # argv: storage root, base URL, the row count to hold the writer at, the file to touch then, the op config (JSON).
-_SCRIPT = '''
+_SCRIPT = """
 import json, pathlib, sys, threading
 import dagster as dg
 from eagle_assets.reasoning_samples import asset as reasoning_samples
@@ -42,17 +42,21 @@ dg.materialize(
     resources={"storage": StorageRoot(root=root), "vllm_server": VLLMServer(mode="external", base_urls=[url])},
     run_config={"ops": {"reasoning_samples": {"config": config}}},
 )
-'''
+"""
 
 
-def kill_after_rows(config: dict, tmp_path: Path, storage_root: str, base_url: str, rows: int,
-                    timeout_s: float = 300) -> None:
+def kill_after_rows(
+    config: dict, tmp_path: Path, storage_root: str, base_url: str, rows: int, timeout_s: float = 300
+) -> None:
     """Materialize reasoning_samples (partition ``demo``, op ``config``) against ``base_url`` in a child
     process, and SIGKILL it once its writer has stored ``rows`` rows."""
     path, ready = tmp_path / "materialize.py", tmp_path / "writer-held"
     path.write_text(_SCRIPT)
-    child = subprocess.Popen([sys.executable, str(path), storage_root, base_url, str(rows), str(ready),
-                              json.dumps(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, str(path), storage_root, base_url, str(rows), str(ready), json.dumps(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + timeout_s
         while not ready.exists():

@@ -46,24 +46,36 @@ def serve_ui(home: Path, data_root: Path) -> Iterator[str]:
         config.write_text("telemetry:\n  enabled: false\n")
     env = {**os.environ, "DAGSTER_HOME": str(home), "EAGLE_ASSETS_DATA": str(data_root)}
     port = free_port()
-    log = open(home / "dagster_dev.log", "w")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dagster")), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, f"dagster dev exited: {(home / 'dagster_dev.log').read_text()[-3000:]}"
-            try:
-                if graphql(url, ASSET_GRAPH)["assetNodes"]:
-                    break
-            except (httpx.HTTPError, KeyError, AssertionError):
-                pass
-            assert time.monotonic() < deadline, "dagster dev did not serve the asset graph in time"
-            time.sleep(2)
-        yield url
-    finally:
-        kill_group(proc, signal.SIGTERM, grace_s=60)  # the whole group: webserver, daemon, code server
-        log.close()
+    with open(home / "dagster_dev.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("dagster")),
+                "dev",
+                "-w",
+                "workspace.yaml",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                assert proc.poll() is None, f"dagster dev exited: {(home / 'dagster_dev.log').read_text()[-3000:]}"
+                try:
+                    if graphql(url, ASSET_GRAPH)["assetNodes"]:
+                        break
+                except (httpx.HTTPError, KeyError, AssertionError):
+                    pass
+                assert time.monotonic() < deadline, "dagster dev did not serve the asset graph in time"
+                time.sleep(2)
+            yield url
+        finally:
+            kill_group(proc, signal.SIGTERM, grace_s=60)  # the whole group: webserver, daemon, code server

@@ -25,8 +25,11 @@ def write_token_sequences(storage_root, tiny_verifier, prompts: int, steps: int)
     """Real prompts and samples, then the real token_sequences asset."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
     write_samples(storage_root, [sample_row(p, tokenizer, steps=steps) for p in demo_prompts(storage_root, prompts)])
-    result = dg.materialize(ts_family.build(source_partitions())["assets"], partition_key=PARTITION,
-                            resources={"storage": storage_root, "verifier": verifier_for(tiny_verifier)})
+    result = dg.materialize(
+        ts_family.build(source_partitions())["assets"],
+        partition_key=PARTITION,
+        resources={"storage": storage_root, "verifier": verifier_for(tiny_verifier)},
+    )
     assert result.success
     return pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet")
 
@@ -34,7 +37,8 @@ def write_token_sequences(storage_root, tiny_verifier, prompts: int, steps: int)
 def materialize_hidden_states(storage_root, verifier, config=None):
     built = hs_family.build(source_partitions())
     return dg.materialize(
-        built["assets"] + built["checks"], partition_key=PARTITION,
+        built["assets"] + built["checks"],
+        partition_key=PARTITION,
         resources={"storage": storage_root, "verifier": verifier},
         run_config={"ops": {"hidden_states": {"config": config}}} if config else None,
         raise_on_error=False,
@@ -62,13 +66,34 @@ def write_random_storage(base: Path) -> tuple[Path, Path]:
 
     from tests.helpers.synthetic import write_head_only_verifier, write_random_features
 
-    verifier = write_head_only_verifier(base / "verifier", Qwen3Config(
-        vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-        head_dim=32, intermediate_size=128, max_position_embeddings=1024, eos_token_id=1))
+    verifier = write_head_only_verifier(
+        base / "verifier",
+        Qwen3Config(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            intermediate_size=128,
+            max_position_embeddings=1024,
+            eos_token_id=1,
+        ),
+    )
     root = base / "storage"
     for seed, partition in enumerate(PARTITIONS):
-        write_random_features(root, partition, verifier_path=verifier, layer_ids=LAYERS, hidden_size=HIDDEN,
-                              vocab_size=VOCAB, num_rows=12, seq_len=(40, 120), seed=seed, validation_fraction=0.25)
+        write_random_features(
+            root,
+            partition,
+            verifier_path=verifier,
+            layer_ids=LAYERS,
+            hidden_size=HIDDEN,
+            vocab_size=VOCAB,
+            num_rows=12,
+            seq_len=(40, 120),
+            seed=seed,
+            validation_fraction=0.25,
+        )
     return root, verifier
 
 

@@ -93,6 +93,11 @@ class LocalServer:
 
 def relay(upstream: str, request: Request, timeout_s: float = 300) -> Reply:
     """``request`` forwarded to the server at ``upstream`` (a base URL: ``/v1`` is dropped); its answer."""
-    response = httpx.request(request.method, upstream.removesuffix("/v1") + request.path, content=request.body or None,
-                             headers={"content-type": "application/json"}, timeout=timeout_s)
+    response = httpx.request(
+        request.method,
+        upstream.removesuffix("/v1") + request.path,
+        content=request.body or None,
+        headers={"content-type": "application/json"},
+        timeout=timeout_s,
+    )
     return Reply(response.status_code, response.content, response.headers.get("content-type", "application/json"))

@@ -33,17 +33,22 @@ def chain_assets(tokenizer) -> list[dg.AssetsDefinition]:
         import pyarrow.parquet as pq
 
         prompts = pq.read_table(storage.path("prompts", context.partition_key) / "prompts.parquet").to_pylist()
-        write_samples(storage, [sample_row(p, tokenizer, steps=2, sampling=json.dumps({"temperature": 0.0}))
-                                for p in prompts])
+        write_samples(
+            storage, [sample_row(p, tokenizer, steps=2, sampling=json.dumps({"temperature": 0.0})) for p in prompts]
+        )
         samples = load_samples(storage.path("reasoning_samples", context.partition_key))
         return dg.MaterializeResult(
             metadata={"ok": samples.num_rows, "reasoning_parser": "qwen3"},
             data_version=dg.DataVersion(combined_hash(samples["prompt_id"].to_pylist())[:16]),
         )
 
-    return [prompts_family.build(partitions)["assets"][0], reasoning_samples,
-            *ts_family.build(partitions)["assets"], *hs_family.build(partitions)["assets"],
-            *ckpt_family.build(partitions)["assets"]]
+    return [
+        prompts_family.build(partitions)["assets"][0],
+        reasoning_samples,
+        *ts_family.build(partitions)["assets"],
+        *hs_family.build(partitions)["assets"],
+        *ckpt_family.build(partitions)["assets"],
+    ]
 
 
 def weight_reads(monkeypatch) -> list[Path]:

@@ -62,8 +62,15 @@ def dead_pid() -> int:
 
 def write_state(state_dir: Path, name: str, pid: int, hostname: str | None, **fields) -> Path:
     """A state file as a launch leaves it, idle past its grace (so this host's would be stopped)."""
-    state = {"pid": pid, "fingerprint": "f" * 16, "argv": ["python", "--model", "/models/m"],
-             "started_at": time.time() - 600, "idle_stop_after_s": 1, "stop_grace_s": 1, **fields}
+    state = {
+        "pid": pid,
+        "fingerprint": "f" * 16,
+        "argv": ["python", "--model", "/models/m"],
+        "started_at": time.time() - 600,
+        "idle_stop_after_s": 1,
+        "stop_grace_s": 1,
+        **fields,
+    }
     if hostname is not None:
         state[HOSTNAME_KEY] = hostname
     path = state_dir / f"{name}.json"

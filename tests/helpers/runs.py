@@ -44,17 +44,44 @@ def start(argv: list[str], home: Path, log: Path, stderr: Path | None = None, **
     """A subprocess in its own session, so the whole tree can be killed as a container kill would; its
     output appended to ``log`` (stderr too, unless ``stderr`` names a file of its own)."""
     with open(log, "ab") as out, open(stderr or os.devnull, "ab") as err:
-        return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err if stderr else subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "DAGSTER_HOME": str(home), **env})
+        return subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=out,
+            stderr=err if stderr else subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "DAGSTER_HOME": str(home), **env},
+        )
 
 
 def materialize(home: Path, config: Path, select: str, log: Path, partition: str = "demo", **env) -> subprocess.Popen:
-    return start([str(BIN / "dagster"), "asset", "materialize", *LOCATION, "--select", select,
-                  "--partition", partition, "-c", str(config)], home, log, **env)
+    return start(
+        [
+            str(BIN / "dagster"),
+            "asset",
+            "materialize",
+            *LOCATION,
+            "--select",
+            select,
+            "--partition",
+            partition,
+            "-c",
+            str(config),
+        ],
+        home,
+        log,
+        **env,
+    )
 
 
-def wait_until(predicate, timeout_s: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None,
-               poll_s: float = 0.2):
+def wait_until(
+    predicate,
+    timeout_s: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    log: Path | None = None,
+    poll_s: float = 0.2,
+):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if value := predicate():
@@ -83,5 +110,19 @@ def failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
 def samples_ok_rows(folder: Path) -> list[str]:
     """prompt ids of every ok row in every shard (not the latest-row view: duplicates would show)."""
     rows = [pq.read_table(p, columns=["prompt_id", "status"]) for p in shard_paths(folder)]
-    return [pid for t in rows for pid, status in zip(t["prompt_id"].to_pylist(), t["status"].to_pylist())
-            if status == "ok"]
+    return [
+        pid for t in rows for pid, status in zip(t["prompt_id"].to_pylist(), t["status"].to_pylist()) if status == "ok"
+    ]
+
+
+def stop_server(port: int, state_dir: str | None = None) -> None:
+    """The managed vLLM server on ``port`` (of ``state_dir``; default, the user's state folder), should one
+    be running: `eagle-assets servers --stop` (a no-op otherwise)."""
+    argv = [
+        str(BIN / "eagle-assets"),
+        "servers",
+        "--stop",
+        str(port),
+        *(["--state-dir", state_dir] if state_dir else []),
+    ]
+    subprocess.run(argv, capture_output=True, timeout=120)

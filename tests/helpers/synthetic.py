@@ -21,12 +21,10 @@ from safetensors.torch import save_file
 
 from eagle_assets.backends import verifier_identity
 from eagle_assets.core.files import atomic_path, write_json, write_parquet
-from eagle_assets.core.layout import INDEX_FILE, SEQUENCES_FILE, prompts_file
+from eagle_assets.core.layout import INDEX_FILE, LAST_TURN_ONLY, SEQUENCES_FILE, TRAIN, prompts_file
 from eagle_assets.hidden_states.files import INDEX_SCHEMA, content_id, encode_sample, write_sample
 from eagle_assets.prompts.records import PROMPTS_SCHEMA
 from eagle_assets.prompts.splits import group_id, split_for
-from eagle_assets.core.layout import TRAIN
-from eagle_assets.core.layout import LAST_TURN_ONLY
 from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import pyarrow.parquet as pq
 
+from eagle_assets.core.layout import LAST_TURN_ONLY
 from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.prompts import asset as prompts_family
 from eagle_assets.reasoning_samples.store import ShardWriter
@@ -15,7 +16,8 @@ PARTITION = "demo"
 
 def demo_prompts(storage_root, limit: int, **config) -> list[dict]:
     result = dg.materialize(
-        [prompts_family.build(source_partitions())["assets"][0]], partition_key=PARTITION,
+        [prompts_family.build(source_partitions())["assets"][0]],
+        partition_key=PARTITION,
         resources={"storage": storage_root},
         run_config={"ops": {"prompts": {"config": {"limit": limit, **config}}}},
     )
@@ -33,12 +35,26 @@ def sample_row(prompt, tokenizer, steps: int = 1, **overrides) -> dict:
     content = "The answer is 7."
     completion = tokenizer.encode(f"{reasoning}\n</think>\n\n{content}<|im_end|>", add_special_tokens=False)
     row = {
-        "prompt_id": prompt["prompt_id"], "split": prompt["split"], "status": "ok", "error": None,
-        "reasoning": reasoning, "content": content, "finish_reason": "stop",
-        "prompt_token_ids": prompt_ids, "token_ids": completion,
-        "prompt_tokens": len(prompt_ids), "completion_tokens": len(completion),
-        "truncated": False, "unfinished_thinking": False, "sampling": "{}", "server_model": "tiny",
-        "vllm_version": "test", "base_url": "http://127.0.0.1:0/v1", "latency_s": 0.1, "finished_at": 0.0,
+        "prompt_id": prompt["prompt_id"],
+        "turn": LAST_TURN_ONLY,
+        "split": prompt["split"],
+        "status": "ok",
+        "error": None,
+        "reasoning": reasoning,
+        "content": content,
+        "finish_reason": "stop",
+        "prompt_token_ids": prompt_ids,
+        "token_ids": completion,
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": len(completion),
+        "truncated": False,
+        "unfinished_thinking": False,
+        "sampling": "{}",
+        "server_model": "tiny",
+        "vllm_version": "test",
+        "base_url": "http://127.0.0.1:0/v1",
+        "latency_s": 0.1,
+        "finished_at": 0.0,
     }
     row.update(overrides)
     return row

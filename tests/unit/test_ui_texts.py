@@ -30,11 +30,15 @@ def shown_texts(defs: dg.Definitions) -> Iterator[tuple[str, str | None]]:
         for key, spec in assets_def.specs_by_key.items():
             yield f"asset {key.to_user_string()}", spec.description
         if assets_def.is_executable and assets_def.op.config_schema is not None:
-            yield from config_texts(assets_def.op.config_schema.as_field(), f"asset {assets_def.key.to_user_string()} config")
+            yield from config_texts(
+                assets_def.op.config_schema.as_field(), f"asset {assets_def.key.to_user_string()} config"
+            )
     # Checks declared on their asset (check_specs of @asset) and checks of their own (@asset_check).
-    check_specs = {spec.key: spec for definition in [*repo.assets_defs_by_key.values(),
-                                                    *repo.asset_checks_defs_by_key.values()]
-                   for spec in definition.check_specs}
+    check_specs = {
+        spec.key: spec
+        for definition in [*repo.assets_defs_by_key.values(), *repo.asset_checks_defs_by_key.values()]
+        for spec in definition.check_specs
+    }
     for spec in check_specs.values():
         yield f"check {spec.asset_key.to_user_string()}:{spec.name}", spec.description
     for job in repo.get_all_jobs():
@@ -49,6 +53,7 @@ def test_the_texts_the_ui_shows_are_markdown_not_rst():
     texts = list(shown_texts(build_definitions()))
     # The walk reaches config fields and checks declared on their asset.
     assert {"resource storage config.root", "check prompts:has_prompts"} <= {where for where, _ in texts}
-    rst = [f"{where}: {RST.search(text).group()} in {text[:80]!r}" for where, text in texts
-           if text and RST.search(text)]
+    rst = [
+        f"{where}: {RST.search(text).group()} in {text[:80]!r}" for where, text in texts if text and RST.search(text)
+    ]
     assert not rst, "RST markup where the UI renders Markdown (write `x`, not ``x`` or :role:`x`):\n" + "\n".join(rst)

@@ -52,8 +52,14 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(random_featur
     assets, checks = _definitions_parts()
     instance = _instance_with_run()
     resources = _resources(root, random_features[1])
-    result = dg.materialize([*assets, *checks], instance=instance, resources=resources, raise_on_error=False,
-                            partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": TINY_RUN}}})
+    result = dg.materialize(
+        [*assets, *checks],
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+        partition_key=RUN,
+        run_config={"ops": {"eagle3_checkpoint": {"config": TINY_RUN}}},
+    )
     meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
     assert meta["partitions"] == "demo, jsonl" and meta["rows"] == 24 and meta["draft_vocab_size"] == 64
     assert meta["epochs_run"] == 2 and meta["tokens_per_s"] > 0
@@ -75,8 +81,14 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(random_featur
     manifest = json.loads(manifest_path.read_text())
     manifest_path.write_text(json.dumps({**manifest, "layer_ids": [0, 2, 3, 4]}))
     # The training run's checks alone (dg.materialize takes no partition_key for a checks-only selection).
-    rerun = dg.materialize([*assets, *checks], instance=instance, resources=resources, tags={"dagster/partition": RUN},
-                           selection=dg.AssetSelection.checks(*checks), raise_on_error=False)
+    rerun = dg.materialize(
+        [*assets, *checks],
+        instance=instance,
+        resources=resources,
+        tags={"dagster/partition": RUN},
+        selection=dg.AssetSelection.checks(*checks),
+        raise_on_error=False,
+    )
     assert not rerun.success  # the check is blocking: downstream assets would not run
     evaluations = {e.check_name: e for e in rerun.get_asset_check_evaluations()}
     assert evaluations["loads_with_speculators"].passed
@@ -91,9 +103,13 @@ def one_epoch_checkpoint(random_features, tmp_path_factory) -> dict:
     (shared: the tests below only read its folder or copy it)."""
     root = copy_storage(random_features[0], tmp_path_factory.mktemp("one-epoch") / "storage")
     assets, _ = _definitions_parts()
-    result = dg.materialize(assets, resources=_resources(root, random_features[1]), instance=_instance_with_run(),
-                            partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1,
-                                                                                 "partitions": ["demo"]}}}})
+    result = dg.materialize(
+        assets,
+        resources=_resources(root, random_features[1]),
+        instance=_instance_with_run(),
+        partition_key=RUN,
+        run_config={"ops": {"eagle3_checkpoint": {"config": {**TINY_RUN, "epochs": 1, "partitions": ["demo"]}}}},
+    )
     return result.get_asset_materialization_events()[0].materialization.metadata
 
 
@@ -137,8 +153,9 @@ def test_the_speculators_load_check_names_a_broken_checkpoint(random_features, o
         return speculators_load_problems(copy)[0]
 
     weight = next(k for k in tensors if k.startswith("fc."))
-    assert any("lacks draft weights" in p for p in broken("missing", lambda t: {k: v for k, v in t.items()
-                                                                                if k != weight}))
+    assert any(
+        "lacks draft weights" in p for p in broken("missing", lambda t: {k: v for k, v in t.items() if k != weight})
+    )
     assert any("non-finite" in p for p in broken("nan", lambda t: {**t, weight: t[weight] * float("nan")}))
     every_token = broken("t2d", lambda t: {**t, "t2d": torch.ones_like(t["t2d"])})
     assert any("t2d" in p for p in every_token), every_token
@@ -170,8 +187,13 @@ def test_checkpoint_from_the_real_upstream_assets_of_the_tiny_verifier(tiny_veri
     resources = {"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu")}
     assert dg.materialize(features, partition_key=PARTITION, resources=resources).success
     built = eagle3_checkpoint.build(partitions)
-    result = dg.materialize([*built["assets"], *built["checks"]], resources=resources, instance=_instance_with_run(),
-                            partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": LEARNING_RUN}}})
+    result = dg.materialize(
+        [*built["assets"], *built["checks"]],
+        resources=resources,
+        instance=_instance_with_run(),
+        partition_key=RUN,
+        run_config={"ops": {"eagle3_checkpoint": {"config": LEARNING_RUN}}},
+    )
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
     meta = result.get_asset_materialization_events()[0].materialization.metadata

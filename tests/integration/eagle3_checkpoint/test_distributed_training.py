@@ -26,8 +26,15 @@ def test_two_training_processes_share_the_epoch_and_keep_one_loadable_checkpoint
     vocab = build_draft_vocab(data.path, 64, VOCAB, log=log)
     runs = {}
     for processes in (1, 2):
-        settings = TrainingSettings(epochs=1, draft_vocab_size=64, total_seq_len=256, lr=1e-3, num_processes=processes,
-                                    early_stop_patience=0, log_every_steps=1)
+        settings = TrainingSettings(
+            epochs=1,
+            draft_vocab_size=64,
+            total_seq_len=256,
+            lr=1e-3,
+            num_processes=processes,
+            early_stop_patience=0,
+            log_every_steps=1,
+        )
         runs[processes] = trainer.train(data, vocab, str(verifier), settings, work, log)
     assert runs[1].run_dir != runs[2].run_dir
     assert runs[2].summary["epochs_run"] == 1 and runs[2].summary["val_loss"] > 0

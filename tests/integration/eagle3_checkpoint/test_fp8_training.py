@@ -12,12 +12,12 @@ def test_a_draft_trains_on_fp8_features_of_the_tiny_verifier(tiny_verifier, stor
     CPU, reading the files through its own fp8 backend; the checks pass and lineage records fp8."""
     from transformers import AutoTokenizer
 
+    from eagle_assets.core.partitions import add_training_run
     from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
     from eagle_assets.hidden_states import asset as hidden_states
     from eagle_assets.lineage.record import read_lineage
     from eagle_assets.lineage.render import summary_lines
     from eagle_assets.orchestration.partitions import source_partitions
-    from eagle_assets.core.partitions import add_training_run
     from eagle_assets.resources import Verifier
     from eagle_assets.token_sequences import asset as token_sequences
     from tests.helpers.upstream import PARTITION, demo_prompts, sample_row, write_samples
@@ -35,9 +35,16 @@ def test_a_draft_trains_on_fp8_features_of_the_tiny_verifier(tiny_verifier, stor
     add_training_run(instance, "fp8")
     # One epoch on 16 prompts trains too little to learn (benchmarks/fp8_features.py measures that on
     # the demo): the checks here are that the checkpoint loads and matches the verifier.
-    result = dg.materialize([*built["assets"], *built["checks"]], resources=resources, instance=instance,
-                            partition_key="fp8", raise_on_error=False, run_config={"ops": {"eagle3_checkpoint": {"config": {
-                                "epochs": 1, "draft_vocab_size": 64, "total_seq_len": 256}}}})
+    result = dg.materialize(
+        [*built["assets"], *built["checks"]],
+        resources=resources,
+        instance=instance,
+        partition_key="fp8",
+        raise_on_error=False,
+        run_config={
+            "ops": {"eagle3_checkpoint": {"config": {"epochs": 1, "draft_vocab_size": 64, "total_seq_len": 256}}}
+        },
+    )
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["loads_with_speculators"] and checks["matches_verifier"]
     [materialization] = result.get_asset_materialization_events()

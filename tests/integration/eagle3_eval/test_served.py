@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 
-def test_eval_refuses_an_external_server_that_does_not_serve_the_checkpoint(vllm_server_config, vllm_server_urls,
-                                                                             tmp_path):
+def test_eval_refuses_an_external_server_that_does_not_serve_the_checkpoint(
+    vllm_server_config, vllm_server_urls, tmp_path
+):
     """The session's server speculates with nothing: eagle3_eval's path refuses before sending a request,
     naming the fix. Its engine config (/server_info, dev mode on in the session server) says so."""
     from eagle_assets.eagle3_eval.evaluate import EvaluationError, evaluate, replaced

@@ -47,7 +47,9 @@ def test_two_cpu_workers_write_exactly_what_one_process_writes(storage_root, tin
     expected = written_state(storage_root)
     shutil.move(folder(storage_root), tmp_path / "single")
 
-    parallel = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS))
+    parallel = materialize_hidden_states(
+        storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS)
+    )
     assert parallel.success
     meta = metadata(parallel)
     assert meta["extraction_workers"] == 2 and meta["files_written"] == distinct and meta["files_reused"] == 0
@@ -59,7 +61,9 @@ def test_two_cpu_workers_write_exactly_what_one_process_writes(storage_root, tin
     removed = sorted((folder(storage_root) / "tensors").iterdir())[::3]
     for path in removed:
         path.unlink()
-    resumed = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS))
+    resumed = materialize_hidden_states(
+        storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS)
+    )
     assert resumed.success
     assert metadata(resumed)["files_written"] == len(removed)
     assert written_state(storage_root) == expected
@@ -97,7 +101,8 @@ def test_a_failing_worker_fails_the_step_with_its_error_and_keeps_whole_files(st
     pm.register(plugin, name="poisoned-backend-test-plugin")
     try:
         failed = materialize_hidden_states(
-            storage_root, verifier_for(tiny_verifier, backend="poisoned", batch_tokens=1, devices=TWO_CPU_WORKERS))
+            storage_root, verifier_for(tiny_verifier, backend="poisoned", batch_tokens=1, devices=TWO_CPU_WORKERS)
+        )
     finally:
         pm.unregister(plugin)
     assert not failed.success
@@ -116,7 +121,9 @@ def test_a_failing_worker_fails_the_step_with_its_error_and_keeps_whole_files(st
         assert tuple(sample["token_ids"].tolist()) in set(rows) and token not in sample["token_ids"].tolist()
         check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
 
-    fixed = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS))
+    fixed = materialize_hidden_states(
+        storage_root, verifier_for(tiny_verifier, batch_tokens=1, devices=TWO_CPU_WORKERS)
+    )
     assert fixed.success
     meta = metadata(fixed)
     assert meta["files_reused"] == len(kept) and meta["files_written"] == len(set(rows)) - len(kept)
@@ -178,13 +185,17 @@ def _proc_status(pid: int) -> str:
         lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
         return "gone"
-    return "; ".join(line for line in lines if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk",
-                                                                     "SigIgn", "SigCgt"))
+    return "; ".join(
+        line
+        for line in lines
+        if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    )
 
 
 def test_workers_end_when_the_step_process_is_killed(tiny_verifier, tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT, str(Path(__file__).parents[3]), str(tmp_path),
-                               str(tiny_verifier)])
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT_SCRIPT, str(Path(__file__).parents[3]), str(tmp_path), str(tiny_verifier)]
+    )
     try:
         deadline = time.monotonic() + 300
         while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline and parent.poll() is None:
@@ -192,8 +203,8 @@ def test_workers_end_when_the_step_process_is_killed(tiny_verifier, tmp_path):
         workers = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
         assert len(workers) == 2, "the workers never started"
         kill_group(parent)  # as a killed Dagster step process: no finally blocks run
-        # SIGTERM ends them at once (the margin is for a heavily loaded host). Before die_with_parent reset
-        # SIGTERM to its default, workers that inherited it ignored from this pytest process outlived 180 s.
+        # The parent-death SIGTERM ends them at once, even when this pytest process ignores SIGTERM and they
+        # inherited that (the margin is for a heavily loaded host).
         deadline = time.monotonic() + 180
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.2)

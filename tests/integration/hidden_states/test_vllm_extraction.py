@@ -3,7 +3,8 @@
 One vLLM extraction is killed with SIGKILL part-way and the ``hidden_states`` asset then completes it
 with backend ``vllm`` (two engine starts on the tiny Qwen3 verifier, shared by the tests below
 through a module fixture); tiny-kimi (MLA + MoE inside the ``kimi_k25`` wrapper) gets one engine,
-driven directly so the connector's own files can be inspected.
+driven directly so the connector's own files can be inspected, on rendered conversations and on a reply
+of the session's tiny-kimi server.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def assert_equivalent(ours: torch.Tensor, reference: torch.Tensor, name: str) ->
     cosine = torch.nn.functional.cosine_similarity(ours.float(), reference.float(), dim=-1)
     mean, worst = cosine.mean(dim=0), cosine.min(dim=0).values
     assert bool((mean >= MIN_MEAN_COSINE).all()) and bool((worst >= MIN_TOKEN_COSINE).all()), (
-        f"{name}: per-layer mean cosine {mean.tolist()}, worst token {worst.tolist()}")
+        f"{name}: per-layer mean cosine {mean.tolist()}, worst token {worst.tolist()}"
+    )
 
 
 def transformers_states(model_path, sequences, layer_ids) -> dict:
@@ -72,8 +74,12 @@ def killed_then_resumed(tiny_verifier, tmp_path_factory):
     tensors = folder(storage) / "tensors"
     log = root / "killed-run.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, storage.root, str(tiny_verifier), PARTITION],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, storage.root, str(tiny_verifier), PARTITION],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + ENGINE_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
@@ -107,7 +113,9 @@ def test_resume_after_kill_during_vllm_extraction_duplicates_nothing(killed_then
     assert len(list(tensors.glob("*.safetensors"))) == distinct  # one file per distinct row, nothing twice
     assert {n: (tensors / n).stat().st_mtime_ns for n in run["finished_before"]} == run["finished_before"]
     # The killed engine's scratch files are gone; no temporary is left anywhere in the partition.
-    leftovers = [p for p in folder(storage).rglob("*") if p.is_file() and p.suffix not in (".safetensors", ".parquet", ".json")]
+    leftovers = [
+        p for p in folder(storage).rglob("*") if p.is_file() and p.suffix not in (".safetensors", ".parquet", ".json")
+    ]
     assert not leftovers and not (folder(storage) / "scratch").exists()
 
 
@@ -138,10 +146,18 @@ KIMI_CONVERSATIONS = [
 ]
 
 
+# A question tiny-kimi answers greedily on the session's server; the states of its reply are captured too.
+SERVED_QUESTION = [{"role": "user", "content": "What is 468 + 275?"}]
+
+
 @pytest.fixture(scope="module")
-def kimi_capture(tiny_kimi, tmp_path_factory):
-    """Rendered tiny-kimi conversations captured by vLLM; the engine stays up for the module's tests
-    and the connector's own files stay in its scratch folder until each test reads them."""
+def kimi_capture(tiny_kimi, kimi_server_config, kimi_server_urls, tmp_path_factory):
+    """Rendered tiny-kimi conversations, and one greedy reply of the session's tiny-kimi server (its prompt
+    and completion token ids as served), captured by vLLM through the kimi backend's engine settings;
+    the engine stays up for the module's tests and the connector's own files stay in its scratch folder
+    until each test reads them."""
+    import httpx
+
     from eagle_assets.hidden_states.vllm_engine import HiddenStatesEngine
     from eagle_assets.plugins.kimi_backend import KIMI_BACKEND
 
@@ -149,14 +165,28 @@ def kimi_capture(tiny_kimi, tmp_path_factory):
     stops = KIMI_BACKEND.stop_token_ids(tokenizer, tiny_kimi)
     sequences = []
     for i, (question, reasoning, answer) in enumerate(KIMI_CONVERSATIONS):
-        prompt, completion = KIMI_BACKEND.render(tokenizer, [{"role": "user", "content": question}], reasoning, answer, stops)
+        prompt, completion = KIMI_BACKEND.render(
+            tokenizer, [{"role": "user", "content": question}], reasoning, answer, stops
+        )
         sequences.append((f"conv-{i}", prompt + completion))
+    body = {
+        "model": kimi_server_config.resolved_model(),
+        "messages": SERVED_QUESTION,
+        "max_tokens": 512,
+        "temperature": 0.0,
+        "return_token_ids": True,
+    }
+    reply = httpx.post(f"{kimi_server_urls[0]}/chat/completions", json=body, timeout=300)
+    reply.raise_for_status()
+    served = {"prompt": reply.json()["prompt_token_ids"], "completion": reply.json()["choices"][0]["token_ids"]}
+    everything = [*sequences, ("served", served["prompt"] + served["completion"])]
     layer_ids = KIMI_BACKEND.capture_layer_ids(tiny_kimi)
-    request = ExtractionRequest(sequences, layer_ids, device="cpu")
+    request = ExtractionRequest(everything, layer_ids, device="cpu")
     scratch = tmp_path_factory.mktemp("kimi-capture") / "scratch"
     with HiddenStatesEngine(tiny_kimi, layer_ids, scratch, KIMI_BACKEND.engine_settings(tiny_kimi, request)) as engine:
-        files = {key: (ids, path) for key, ids, path in engine.capture(sequences)}
-        yield {"files": files, "layer_ids": layer_ids, "sequences": sequences, "scratch": scratch}
+        files = {key: (ids, path) for key, ids, path in engine.capture(everything)}
+        served["file"] = files.pop("served")
+        yield {"files": files, "layer_ids": layer_ids, "sequences": sequences, "scratch": scratch, "served": served}
 
 
 def test_vllm_states_match_transformers_on_tiny_kimi(kimi_capture, tiny_kimi):
@@ -187,6 +217,34 @@ def test_real_connector_files_are_checked_against_their_request(kimi_capture, ti
         KIMI_BACKEND.read_connector_file(path, key, [*ids[:-1], ids[-1] + 1], layers, hidden)
     with pytest.raises(ValueError, match="check eagle_aux_hidden_state_layer_ids"):
         KIMI_BACKEND.read_connector_file(path, key, ids, layers - 1, hidden)
-    assert KIMI_BACKEND.read_connector_file(path, key, ids, layers, hidden).hidden_states.shape == (len(ids), layers, hidden)
+    assert KIMI_BACKEND.read_connector_file(path, key, ids, layers, hidden).hidden_states.shape == (
+        len(ids),
+        layers,
+        hidden,
+    )
     cleanup_hidden_states(path)
     assert not os.path.exists(path) and not os.path.exists(path + ".lock")
+
+
+def test_kimi_backend_states_predict_the_served_greedy_tokens(kimi_capture, tiny_kimi):
+    """The kimi backend's final pre-norm state of a served reply, through the checkpoint's norm and LM head,
+    predicts the tokens vLLM decoded greedily: extraction and serving read the same nested checkpoint
+    the same way."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    from eagle_assets.plugins.kimi_backend import KIMI_BACKEND
+
+    prompt, completion = kimi_capture["served"]["prompt"], kimi_capture["served"]["completion"]
+    ids, path = kimi_capture["served"]["file"]
+    layers, hidden = len(kimi_capture["layer_ids"]), KIMI_BACKEND.hidden_size(tiny_kimi)
+    states = KIMI_BACKEND.read_connector_file(path, "served", ids, layers, hidden).hidden_states[:, -1].float()
+    with safe_open(str(tiny_kimi / "model.safetensors"), "pt") as fh:
+        norm = fh.get_tensor("language_model.model.norm.weight")
+        head = fh.get_tensor("language_model.lm_head.weight")
+    eps = AutoConfig.from_pretrained(tiny_kimi).text_config.rms_norm_eps
+    final = states[len(prompt) - 1 : -1]  # the states that predicted each completion token
+    normed = final * torch.rsqrt(final.pow(2).mean(-1, keepdim=True) + eps) * norm
+    predicted = (normed @ head.T).argmax(-1).tolist()
+    agreement = sum(p == t for p, t in zip(predicted, completion)) / len(completion)
+    assert agreement >= 0.95, f"the extracted states' greedy choice matches vLLM's on {agreement:.0%} of tokens"

@@ -46,13 +46,24 @@ def chain(tiny_verifier, tmp_path_factory):
     home = base / "dagster_home"
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:
-        upstream = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources=resources,
-                                  selection=list(PER_DATASET_STAGES),
-                                  run_config={"ops": {"prompts": {"config": {"limit": 6, "validation_fraction": 0.34}}}})
+        upstream = dg.materialize(
+            assets,
+            instance=instance,
+            partition_key=PARTITION,
+            resources=resources,
+            selection=list(PER_DATASET_STAGES),
+            run_config={"ops": {"prompts": {"config": {"limit": 6, "validation_fraction": 0.34}}}},
+        )
         assert upstream.success
         add_training_run(instance, RUN)
-        checkpoint = dg.materialize(assets, instance=instance, resources=resources, selection=["eagle3_checkpoint"],
-                                    partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}})
+        checkpoint = dg.materialize(
+            assets,
+            instance=instance,
+            resources=resources,
+            selection=["eagle3_checkpoint"],
+            partition_key=RUN,
+            run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
+        )
         assert checkpoint.success
         [materialization] = checkpoint.get_asset_materialization_events()
         ckpt = Path(materialization.materialization.metadata["path"].value)
@@ -69,8 +80,12 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
         assert lineage["run_ids"][f"{asset}[{PARTITION}]"] == record["run_id"]
     # Dagster's own input tags link the steps: token_sequences read these samples.
     links = {(link["asset"], link["input"]): link for link in lineage["links"]}
-    assert set(links) == {("reasoning_samples", "prompts"), ("token_sequences", "prompts"),
-                          ("token_sequences", "reasoning_samples"), ("hidden_states", "token_sequences")}
+    assert set(links) == {
+        ("reasoning_samples", "prompts"),
+        ("token_sequences", "prompts"),
+        ("token_sequences", "reasoning_samples"),
+        ("hidden_states", "token_sequences"),
+    }
     assert all(link["consistent"] for link in links.values())
     samples_version = lineage["dagster"]["reasoning_samples"][PARTITION]["data_version"]
     consumed = lineage["dagster"]["token_sequences"][PARTITION]["input_data_versions"]["reasoning_samples"]
@@ -81,9 +96,11 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
     assert any(p.startswith(f"reasoning_samples/{PARTITION}/shard-") for p in paths)
     assert any(p.startswith(f"hidden_states/{PARTITION}/tensors/") for p in paths)
     # Every file of the kept folder but the record and its digest, the weights and training.json among them.
-    assert {f["path"] for f in lineage["checkpoint_files"]} == {
-        p.name for p in ckpt.iterdir()} - {LINEAGE_FILE, LINEAGE_DIGEST_FILE} >= {
-        "config.json", "model.safetensors", "training.json"}
+    assert (
+        {f["path"] for f in lineage["checkpoint_files"]}
+        == {p.name for p in ckpt.iterdir()} - {LINEAGE_FILE, LINEAGE_DIGEST_FILE}
+        >= {"config.json", "model.safetensors", "training.json"}
+    )
     assert lineage["checkpoint_hash"] == checkpoint_hash(ckpt)
     # The training folder: its files hashed, its hidden-state links as one entry.
     training_files = [a for a in lineage["artifacts"] if a["asset"] == "training_data"]
@@ -104,8 +121,10 @@ def test_checkpoint_materialization_shows_the_lineage(chain):
     record = latest_materialization(instance, "eagle3_checkpoint", RUN)
     # The chain as a Markdown table: each upstream partition's data version and a link to its run.
     prompts = latest_materialization(instance, "prompts", PARTITION)
-    assert (f"| prompts | {PARTITION} | `{prompts['data_version']}` | {prompts['code_version']} | "
-            f"[{prompts['run_id'][:8]}](/runs/{prompts['run_id']}) |") in record["metadata"]["lineage"].splitlines()
+    assert (
+        f"| prompts | {PARTITION} | `{prompts['data_version']}` | {prompts['code_version']} | "
+        f"[{prompts['run_id'][:8]}](/runs/{prompts['run_id']}) |"
+    ) in record["metadata"]["lineage"].splitlines()
     # The record's sha256, in the materialization and beside the record.
     digest = file_sha256(ckpt / LINEAGE_FILE)
     assert record["metadata"][LINEAGE_DIGEST_KEY] == digest
@@ -117,8 +136,10 @@ def test_show_prints_the_chain(chain):
     result = runner.invoke(app, ["lineage", "show", str(ckpt)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    order = [next(i for i, line in enumerate(lines) if asset in line)
-             for asset in ("prompts[", "reasoning_samples[", "token_sequences[", "hidden_states[", "eagle3_checkpoint")]
+    order = [
+        next(i for i, line in enumerate(lines) if asset in line)
+        for asset in ("prompts[", "reasoning_samples[", "token_sequences[", "hidden_states[", "eagle3_checkpoint")
+    ]
     assert order == sorted(order)
     # token_sequences' policy, per quality class too, is part of the chain.
     assert '"quality_policy": {' in lines[order[2]]
@@ -218,15 +239,18 @@ def test_the_checkpoint_folder_name_is_its_content_hash(chain, tmp_path):
     assert result.exit_code == 1 and "misnamed: eagle3_checkpoint" in result.output
 
 
-@pytest.mark.parametrize("pattern", [
-    f"prompts/{PARTITION}/prompts.parquet",
-    f"reasoning_samples/{PARTITION}/shard-*.parquet",
-    f"token_sequences/{PARTITION}/sequences.parquet",
-    f"hidden_states/{PARTITION}/index.parquet",
-    f"hidden_states/{PARTITION}/tensors/*.safetensors",
-    "eagle3_checkpoint/[0-9a-f]*/model.safetensors",
-    "eagle3_checkpoint/_work/data-*/token_freq.pt",
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        f"prompts/{PARTITION}/prompts.parquet",
+        f"reasoning_samples/{PARTITION}/shard-*.parquet",
+        f"token_sequences/{PARTITION}/sequences.parquet",
+        f"hidden_states/{PARTITION}/index.parquet",
+        f"hidden_states/{PARTITION}/tensors/*.safetensors",
+        "eagle3_checkpoint/[0-9a-f]*/model.safetensors",
+        "eagle3_checkpoint/_work/data-*/token_freq.pt",
+    ],
+)
 def test_one_changed_byte_is_named(chain, pattern):
     _, root, ckpt, _ = chain
     target = sorted(root.glob(pattern))[0]
@@ -265,7 +289,9 @@ def test_a_deleted_artifact_is_named_as_vanished(chain):
         target.unlink()
         assert [(p.kind, p.where) for p in verify_lineage(ckpt).problems] == [("vanished", target)]
         result = runner.invoke(app, ["lineage", "verify", str(ckpt)])
-        assert result.exit_code == 1 and f"vanished: hidden_states {target.relative_to(root).as_posix()}" in result.output
+        assert (
+            result.exit_code == 1 and f"vanished: hidden_states {target.relative_to(root).as_posix()}" in result.output
+        )
     finally:
         target.write_bytes(original)
 

@@ -43,22 +43,41 @@ def storage(tiny_verifier, tmp_path_factory):
     assets = chain_assets(AutoTokenizer.from_pretrained(tiny_verifier))
 
     def resources(**verifier):
-        return {"storage": StorageRoot(root=str(root)),
-                "verifier": Verifier(model_path=str(tiny_verifier), device="cpu", **verifier)}
+        return {
+            "storage": StorageRoot(root=str(root)),
+            "verifier": Verifier(model_path=str(tiny_verifier), device="cpu", **verifier),
+        }
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DAGSTER_HOME", str(home))
         with dg.DagsterInstance.get() as instance:
+
             def upstream(seed, selection=PER_DATASET_STAGES, **verifier):
-                config = {"ops": {"prompts": {"config": {"limit": 10, "seed": seed, "validation_fraction": 0.4}}}} if "prompts" in selection else {}
-                assert dg.materialize(assets, instance=instance, partition_key=PARTITION, run_config=config,
-                                      resources=resources(**verifier), selection=list(selection)).success
+                config = (
+                    {"ops": {"prompts": {"config": {"limit": 10, "seed": seed, "validation_fraction": 0.4}}}}
+                    if "prompts" in selection
+                    else {}
+                )
+                assert dg.materialize(
+                    assets,
+                    instance=instance,
+                    partition_key=PARTITION,
+                    run_config=config,
+                    resources=resources(**verifier),
+                    selection=list(selection),
+                ).success
 
             add_training_run(instance, RUN)
 
             def checkpoint() -> Path:
-                result = dg.materialize(assets, instance=instance, resources=resources(), selection=["eagle3_checkpoint"],
-                                        partition_key=RUN, run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}})
+                result = dg.materialize(
+                    assets,
+                    instance=instance,
+                    resources=resources(),
+                    selection=["eagle3_checkpoint"],
+                    partition_key=RUN,
+                    run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
+                )
                 return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
 
             upstream(0)
@@ -92,7 +111,7 @@ def test_gc_frees_unreferenced_files_and_keeps_checkpoints_verifiable(storage):
     _verify(second)
     # A's rewritten single files were never gc's doing; gc must not add a single problem to them.
     first_problems = _problems(first)
-    assert first_problems and all(" prompts/" in p or "/demo/" in p and "tensors" not in p for p in first_problems)
+    assert first_problems and all(" prompts/" in p or ("/demo/" in p and "tensors" not in p) for p in first_problems)
     recorded = {root / a["path"] for c in (first, second) for a in read_lineage(c)["artifacts"]}
 
     # Listing deletes nothing; what it lists is what no current materialization nor checkpoint needs.
@@ -118,10 +137,14 @@ def test_gc_frees_unreferenced_files_and_keeps_checkpoints_verifiable(storage):
     older = find_garbage(root, instance, keep_checkpoints=1)
     assert older.removed_checkpoints == [first] and older.kept_checkpoints == [second]
     assert {g.kind for g in older.garbage} == {"checkpoint", "training folder", "hidden-state file"}
-    only_first = {root / a["path"] for a in read_lineage(first)["artifacts"]} - {
-        root / a["path"] for a in read_lineage(second)["artifacts"]} - _indexed(root)
+    only_first = (
+        {root / a["path"] for a in read_lineage(first)["artifacts"]}
+        - {root / a["path"] for a in read_lineage(second)["artifacts"]}
+        - _indexed(root)
+    )
     assert {g.path for g in older.garbage if g.kind == "hidden-state file"} == {
-        p for p in only_first if p.suffix == ".safetensors" and "/tensors/" in p.as_posix()}
+        p for p in only_first if p.suffix == ".safetensors" and "/tensors/" in p.as_posix()
+    }
     deleted = runner.invoke(app, ["gc", "--root", str(root), "--keep-checkpoints", "1", "--delete"])
     assert deleted.exit_code == 0, deleted.output
     assert not first.exists() and second.exists()
@@ -129,4 +152,5 @@ def test_gc_frees_unreferenced_files_and_keeps_checkpoints_verifiable(storage):
     training = read_lineage(second)["training"]["data"]
     assert Path(training["folder"]).is_dir()
     assert sorted(p.name for p in (root / "eagle3_checkpoint" / "_work").iterdir()) == sorted(
-        {Path(training["folder"]).name, Path(read_lineage(second)["training"]["run"]["folder"]).name})
+        {Path(training["folder"]).name, Path(read_lineage(second)["training"]["run"]["folder"]).name}
+    )

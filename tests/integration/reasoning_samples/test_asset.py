@@ -18,35 +18,50 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
+from eagle_assets.core.shards import shard_paths
 from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.prompts import asset as prompts
 from eagle_assets.reasoning_samples import asset as reasoning_samples
 from eagle_assets.reasoning_samples.store import load_samples
-from eagle_assets.core.shards import shard_paths
 from eagle_assets.resources import StorageRoot, VLLMServer
 from tests.helpers.capture import kill_after_rows
 
 MAX_TOKENS = 200
 
 
-def materialize(storage: StorageRoot, server: VLLMServer, partition: str = "demo", limit: int | None = 12,
-                location: str | None = None, with_prompts: bool = True, **sample_config):
+def materialize(
+    storage: StorageRoot,
+    server: VLLMServer,
+    partition: str = "demo",
+    limit: int | None = 12,
+    location: str | None = None,
+    with_prompts: bool = True,
+    **sample_config,
+):
     parts = source_partitions()
     assets = reasoning_samples.build(parts)["assets"]
-    run_config = {"reasoning_samples": {"config": {"max_tokens": MAX_TOKENS, "progress_interval_s": 1.0,
-                                                   **sample_config}}}
+    run_config = {
+        "reasoning_samples": {"config": {"max_tokens": MAX_TOKENS, "progress_interval_s": 1.0, **sample_config}}
+    }
     if with_prompts:
         assets = prompts.build(parts)["assets"] + assets
         run_config["prompts"] = {"config": {"limit": limit, "location": location}}
     return dg.materialize(
-        assets, partition_key=partition, resources={"storage": storage, "vllm_server": server},
-        run_config={"ops": run_config}, raise_on_error=False,
+        assets,
+        partition_key=partition,
+        resources={"storage": storage, "vllm_server": server},
+        run_config={"ops": run_config},
+        raise_on_error=False,
     )
 
 
 def materialize_prompts(storage: StorageRoot, limit: int, partition: str = "demo") -> None:
-    result = dg.materialize(prompts.build(source_partitions())["assets"], partition_key=partition,
-                            resources={"storage": storage}, run_config={"ops": {"prompts": {"config": {"limit": limit}}}})
+    result = dg.materialize(
+        prompts.build(source_partitions())["assets"],
+        partition_key=partition,
+        resources={"storage": storage},
+        run_config={"ops": {"prompts": {"config": {"limit": limit}}}},
+    )
     assert result.success
 
 
@@ -58,8 +73,9 @@ def samples_metadata(result) -> dict:
 
 
 def failure_message(result) -> str:
-    return "\n".join(str(e.event_specific_data.error.message) for e in result.all_events
-                     if e.event_type_value == "STEP_FAILURE")
+    return "\n".join(
+        str(e.event_specific_data.error.message) for e in result.all_events if e.event_type_value == "STEP_FAILURE"
+    )
 
 
 def prompt_ids(storage: StorageRoot, partition: str = "demo") -> set[str]:
@@ -105,8 +121,13 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage
     materialize_prompts(storage_root, limit=30)
     wanted = prompt_ids(storage_root)
     folder = storage_root.path("reasoning_samples", "demo")
-    kill_after_rows({"max_tokens": MAX_TOKENS, "concurrency": 1, "shard_rows": 2},
-                    tmp_path, storage_root.root, vllm_server_urls[0], rows=4)
+    kill_after_rows(
+        {"max_tokens": MAX_TOKENS, "concurrency": 1, "shard_rows": 2},
+        tmp_path,
+        storage_root.root,
+        vllm_server_urls[0],
+        rows=4,
+    )
     before = load_samples(folder)
     assert 0 < pc.sum(pc.equal(before["status"], "ok")).as_py() < len(wanted), "the kill did not land mid-run"
 
@@ -115,8 +136,11 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_duplicates_nothing(storage
     assert samples_metadata(result)["captured_this_run"] == len(wanted) - before.num_rows
     # Every shard row, not just the latest view: each prompt has exactly one ok row.
     every_row = pa.concat_tables(pq.read_table(p, columns=["prompt_id", "status"]) for p in shard_paths(folder))
-    ok_ids = [pid for pid, status in zip(every_row["prompt_id"].to_pylist(), every_row["status"].to_pylist())
-              if status == "ok"]
+    ok_ids = [
+        pid
+        for pid, status in zip(every_row["prompt_id"].to_pylist(), every_row["status"].to_pylist())
+        if status == "ok"
+    ]
     assert Counter(ok_ids) == Counter(wanted)
 
 
@@ -159,8 +183,9 @@ class FlakyProxy:
                 if fault == "timeout":
                     time.sleep(stall_s)  # the client gave up meanwhile; this answer goes nowhere
                     return None
-                response = httpx.post(proxy.upstream + self.path, content=body,
-                                      headers={"content-type": "application/json"}, timeout=300)
+                response = httpx.post(
+                    proxy.upstream + self.path, content=body, headers={"content-type": "application/json"}, timeout=300
+                )
                 with proxy.lock:
                     proxy.relayed += 1
                     if proxy.relayed == die_after:
@@ -193,8 +218,9 @@ class FlakyProxy:
 def test_injected_5xx_and_timeouts_are_retried_to_success(storage_root, vllm_server_urls):
     proxy = FlakyProxy(vllm_server_urls[0], stall_s=12.0)
     try:
-        result = materialize(storage_root, VLLMServer(mode="external", base_urls=[proxy.url]),
-                             request_timeout_s=10.0, max_retries=3)
+        result = materialize(
+            storage_root, VLLMServer(mode="external", base_urls=[proxy.url]), request_timeout_s=10.0, max_retries=3
+        )
     finally:
         proxy.close()
     assert result.success, failure_message(result)
@@ -207,8 +233,7 @@ def test_injected_5xx_and_timeouts_are_retried_to_success(storage_root, vllm_ser
 
 def test_a_server_dying_mid_run_keeps_finished_samples_and_the_next_run_completes(storage_root, vllm_server_urls):
     proxy = FlakyProxy(vllm_server_urls[0], die_after=4)
-    result = materialize(storage_root, VLLMServer(mode="external", base_urls=[proxy.url]), concurrency=1,
-                         max_retries=1)
+    result = materialize(storage_root, VLLMServer(mode="external", base_urls=[proxy.url]), concurrency=1, max_retries=1)
     proxy.close()
     meta = samples_metadata(result)
     assert meta["ok"] == 4 and meta["errors"] == 8  # recorded with their reason, not dropped
@@ -230,9 +255,11 @@ def test_an_unreachable_server_fails_the_step_with_the_url_and_keeps_prompts(sto
 
 
 def test_an_over_long_prompt_is_a_recorded_http_400_and_retried_next_run(storage_root, vllm_server_urls, tmp_path):
-    rows = [{"messages": [{"role": "user", "content": "What is 17 + 25?"}]},
-            {"messages": [{"role": "user", "content": "Add 3 and 4. " + "12 " * 9000}]},  # > max-model-len
-            {"messages": [{"role": "user", "content": "What is 6 times 7?"}]}]
+    rows = [
+        {"messages": [{"role": "user", "content": "What is 17 + 25?"}]},
+        {"messages": [{"role": "user", "content": "Add 3 and 4. " + "12 " * 9000}]},  # > max-model-len
+        {"messages": [{"role": "user", "content": "What is 6 times 7?"}]},
+    ]
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     server = VLLMServer(mode="external", base_urls=vllm_server_urls)

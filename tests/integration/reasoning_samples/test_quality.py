@@ -24,22 +24,32 @@ def no_render(*_):
     raise AssertionError("server tokens are used as they are")
 
 
-def test_real_samples_cut_by_max_tokens_are_classified_and_dropped_by_policy(storage_root, tiny_verifier,
-                                                                             vllm_server_urls):
+def test_real_samples_cut_by_max_tokens_are_classified_and_dropped_by_policy(
+    storage_root, tiny_verifier, vllm_server_urls
+):
     """The tiny verifier thinks for ~60-90 tokens: max_tokens 64 cuts most samples inside their thinking."""
     from transformers import AutoTokenizer
 
     parts = source_partitions()
     sequences = token_sequences.build(parts)["assets"]
-    resources = {"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier)),
-                 "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)}
+    resources = {
+        "storage": storage_root,
+        "verifier": Verifier(model_path=str(tiny_verifier)),
+        "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls),
+    }
     drop = {"unfinished_thinking": "drop", "truncated": "drop"}
     result = dg.materialize(
         prompts.build(parts)["assets"] + reasoning_samples.build(parts)["assets"] + sequences,
-        partition_key=PARTITION, resources=resources, raise_on_error=False,
-        run_config={"ops": {"prompts": {"config": {"limit": 10}},
-                            "reasoning_samples": {"config": {"max_tokens": 64, "max_non_ok_share": 0.0}},
-                            "token_sequences": {"config": {"quality_policy": drop}}}},
+        partition_key=PARTITION,
+        resources=resources,
+        raise_on_error=False,
+        run_config={
+            "ops": {
+                "prompts": {"config": {"limit": 10}},
+                "reasoning_samples": {"config": {"max_tokens": 64, "max_non_ok_share": 0.0}},
+                "token_sequences": {"config": {"quality_policy": drop}},
+            }
+        },
     )
     assert result.success
     end = AutoTokenizer.from_pretrained(tiny_verifier).convert_tokens_to_ids("</think>")
@@ -77,7 +87,8 @@ def test_real_samples_cut_by_max_tokens_are_classified_and_dropped_by_policy(sto
 
 
 def test_real_samples_the_verifier_loops_on_or_answers_trivially_are_detected_and_the_policy_applies(
-        tmp_path, tiny_verifier, vllm_server_urls):
+    tmp_path, tiny_verifier, vllm_server_urls
+):
     """Prompts found to push the tiny verifier into each failure (greedy): a run of ones makes it repeat
     "1, " until max_tokens; a greeting gets its two-line "not an arithmetic problem" thinking, below a floor of
     20 thinking tokens; an arithmetic question thinks for 60-90 tokens and is ok."""
@@ -86,11 +97,19 @@ def test_real_samples_the_verifier_loops_on_or_answers_trivially_are_detected_an
     from eagle_assets.reasoning_samples.requests import PromptRequest
 
     prompts_by_kind = {"loop": "1 " * 40, "trivial": "hello", "ok": "What is 609 plus 558?"}
-    requests = [PromptRequest(kind, [{"role": "user", "content": text.strip()}], "train")
-                for kind, text in prompts_by_kind.items()]
+    requests = [
+        PromptRequest(kind, [{"role": "user", "content": text.strip()}], "train")
+        for kind, text in prompts_by_kind.items()
+    ]
     folder = tmp_path / "samples"
-    capture(vllm_server_urls, requests, folder, Sampling(temperature=0.0, top_p=1.0, max_tokens=400),
-            ClientSettings(concurrency=3), lambda _line: None)
+    capture(
+        vllm_server_urls,
+        requests,
+        folder,
+        Sampling(temperature=0.0, top_p=1.0, max_tokens=400),
+        ClientSettings(concurrency=3),
+        lambda _line: None,
+    )
     rules = QualityRules(min_thinking_tokens=20, loop_ngram=16, loop_min_repeats=4, loop_max_share=0.3)
     write_quality(folder, load_samples(folder), rules)
     samples, _ = load_classified(folder)
@@ -101,9 +120,11 @@ def test_real_samples_the_verifier_loops_on_or_answers_trivially_are_detected_an
     assert ok["quality"] == "ok" and ok["thinking_tokens"] >= 20, ok
 
     policy = Policy(1000, "truncate", ("train",), {"repetition_loop": "cut", "trivial_reasoning": "drop"})
-    built = build_rows(samples, {}, {kind: "train" for kind in by_kind}, no_render, policy)
-    rows = {pid: tokens[length:].tolist()
-            for pid, tokens, length in zip(built.prompt_ids, built.tokens, built.prompt_lengths)}
+    built = build_rows(samples, {}, dict.fromkeys(by_kind, "train"), no_render, policy)
+    rows = {
+        pid: tokens[length:].tolist()
+        for pid, tokens, length in zip(built.prompt_ids, built.tokens, built.prompt_lengths)
+    }
     assert set(rows) == {"loop", "ok"} and built.skipped["quality_trivial_reasoning"] == 1
     # The loop is cut where it starts: what stays is the verifier's own tokens before it.
     assert rows["loop"] == list(loop["token_ids"][: loop["loop_start"]]) and built.cut_at_loop == 1

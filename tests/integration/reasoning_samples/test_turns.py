@@ -28,13 +28,15 @@ def multi_turn_prompts(storage_root, count: int) -> list[dict]:
     chosen = [p for p in everything if len(user_turns(p["messages"])) > 1][:count]
     path = storage_root.path("prompts", PARTITION) / "prompts.parquet"
     table = pq.read_table(path)
-    pq.write_table(table.filter(pc.is_in(table["prompt_id"], pc.cast([p["prompt_id"] for p in chosen], "string"))),
-                   path)
+    pq.write_table(
+        table.filter(pc.is_in(table["prompt_id"], pc.cast([p["prompt_id"] for p in chosen], "string"))), path
+    )
     return chosen
 
 
-def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(storage_root, tiny_verifier,
-                                                                            vllm_server_urls):
+def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(
+    storage_root, tiny_verifier, vllm_server_urls
+):
     from eagle_assets.eagle3_checkpoint.training_data import _read_partition
     from eagle_assets.hidden_states import asset as hidden_states
     from eagle_assets.hidden_states.files import load_sample
@@ -49,10 +51,17 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
 
     def materialize():
         result = dg.materialize(
-            reasoning_samples.build(parts)["assets"] + built["assets"] + built["checks"] + features["assets"]
-            + features["checks"], partition_key=PARTITION,
-            resources={"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu"),
-                       "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)},
+            reasoning_samples.build(parts)["assets"]
+            + built["assets"]
+            + built["checks"]
+            + features["assets"]
+            + features["checks"],
+            partition_key=PARTITION,
+            resources={
+                "storage": storage_root,
+                "verifier": Verifier(model_path=str(tiny_verifier), device="cpu"),
+                "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls),
+            },
             run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 160}}}},
             raise_on_error=False,
         )
@@ -95,8 +104,10 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(stor
     joined, _ = _read_partition(Path(storage_root.root), PARTITION)
     assert joined.num_rows == 6 and len(set(joined["content_id"].to_pylist())) == 6
     for row in joined.to_pylist():
-        assert load_sample(storage_root.path("hidden_states", PARTITION) / row["file"])["token_ids"].tolist() == \
-            row["input_ids"]
+        assert (
+            load_sample(storage_root.path("hidden_states", PARTITION) / row["file"])["token_ids"].tolist()
+            == row["input_ids"]
+        )
 
     # Resume per turn: with only the turn-0 rows on disk, the next run asks the turn-1s alone.
     kept = [s for s in load_samples(folder).to_pylist() if s["turn"] == 0]
@@ -125,9 +136,13 @@ def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(stora
     parts = source_partitions()
     built = token_sequences.build(parts)
     result = dg.materialize(
-        reasoning_samples.build(parts)["assets"] + built["assets"] + built["checks"], partition_key=PARTITION,
-        resources={"storage": storage_root, "verifier": embedded_resources("tiny-kimi")["verifier"],
-                   "vllm_server": VLLMServer(mode="external", base_urls=kimi_server_urls)},
+        reasoning_samples.build(parts)["assets"] + built["assets"] + built["checks"],
+        partition_key=PARTITION,
+        resources={
+            "storage": storage_root,
+            "verifier": embedded_resources("tiny-kimi")["verifier"],
+            "vllm_server": VLLMServer(mode="external", base_urls=kimi_server_urls),
+        },
         run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 256}}}},
         raise_on_error=False,
     )
@@ -156,16 +171,23 @@ def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_serve
     from eagle_assets.reasoning_samples import asset as reasoning_samples
     from eagle_assets.resources import VLLMServer
 
-    wanted = Counter((p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8)
-                     for t in range(len(user_turns(p["messages"]))))
+    wanted = Counter(
+        (p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8) for t in range(len(user_turns(p["messages"])))
+    )
     folder = storage_root.path("reasoning_samples", PARTITION)
-    kill_after_rows({"turns": "all", "max_tokens": 160, "concurrency": 1, "shard_rows": 1},
-                    tmp_path, storage_root.root, vllm_server_urls[0], rows=3)
+    kill_after_rows(
+        {"turns": "all", "max_tokens": 160, "concurrency": 1, "shard_rows": 1},
+        tmp_path,
+        storage_root.root,
+        vllm_server_urls[0],
+        rows=3,
+    )
     before = load_samples(folder)
     assert 0 < before.num_rows < len(wanted), "the kill did not land mid-run"
 
     result = dg.materialize(
-        reasoning_samples.build(source_partitions())["assets"], partition_key=PARTITION,
+        reasoning_samples.build(source_partitions())["assets"],
+        partition_key=PARTITION,
         resources={"storage": storage_root, "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)},
         run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 160}}}},
     )
@@ -173,5 +195,11 @@ def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_serve
     assert mat.metadata["captured_this_run"].value == len(wanted) - before.num_rows
     # Every shard row, not just the latest view: each turn of each conversation has exactly one ok row.
     every_row = pa.concat_tables(pq.read_table(p, columns=["prompt_id", "turn", "status"]) for p in shard_paths(folder))
-    assert Counter((pid, turn) for pid, turn, status in zip(*(every_row[c].to_pylist() for c in every_row.column_names))
-                   if status == "ok") == wanted
+    assert (
+        Counter(
+            (pid, turn)
+            for pid, turn, status in zip(*(every_row[c].to_pylist() for c in every_row.column_names))
+            if status == "ok"
+        )
+        == wanted
+    )

@@ -15,12 +15,19 @@ from tests.helpers.ports import free_port
 
 def test_a_server_that_dies_while_starting_fails_fast_with_its_log_tail(tmp_path):
     port = free_port()
-    server = VLLMServer(model=str(tmp_path / "no-such-model"), port=port, state_dir=str(tmp_path),
-                        env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout_s=900)
+    server = VLLMServer(
+        model=str(tmp_path / "no-such-model"),
+        port=port,
+        state_dir=str(tmp_path),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        startup_timeout_s=900,
+    )
     log = Lines()
-    with pytest.raises(VLLMServerError, match=r"exited with exit code \d+ before it was ready") as failure:
-        with server.serve(log=log):
-            pass
+    with (
+        pytest.raises(VLLMServerError, match=r"exited with exit code \d+ before it was ready") as failure,
+        server.serve(log=log),
+    ):
+        pass
     assert "no-such-model" in str(failure.value)  # the log tail says what was wrong
     assert any(line.startswith("[vllm] ") for line in log.lines)  # server lines reached the step log
     assert not port_in_use("127.0.0.1", port) and not list(tmp_path.glob("*.json"))
@@ -37,15 +44,20 @@ def test_the_same_configuration_attaches_to_the_running_server(vllm_server_confi
 
 def test_another_configuration_on_a_running_servers_port_is_refused(vllm_server_config, vllm_server_urls):
     other = vllm_server_config.model_copy(update={"max_num_seqs": 8})
-    with pytest.raises(VLLMServerError, match="different configuration"):
-        with other.serve(log=Lines()):
-            pass
+    with pytest.raises(VLLMServerError, match="different configuration"), other.serve(log=Lines()):
+        pass
 
 
 def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(tiny_verifier, tmp_path):
     port = free_port()
-    server = VLLMServer(model=str(tiny_verifier), port=port, max_model_len=2048, state_dir=str(tmp_path),
-                        env={"VLLM_CPU_KVCACHE_SPACE": "1"}, stop_grace_s=20)
+    server = VLLMServer(
+        model=str(tiny_verifier),
+        port=port,
+        max_model_len=2048,
+        state_dir=str(tmp_path),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        stop_grace_s=20,
+    )
     log = Lines()
     launcher, attacher = server.serve(log=log), server.serve(log=log)
     urls = launcher.__enter__()

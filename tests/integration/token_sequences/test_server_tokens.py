@@ -29,13 +29,18 @@ def test_real_server_tokens_through_to_hidden_states(storage_root, tiny_verifier
     parts = source_partitions()
     built = family.build(parts)
     result = dg.materialize(
-        prompts.build(parts)["assets"] + reasoning_samples.build(parts)["assets"] + built["assets"]
-        + built["checks"] + hidden_states.build(parts)["assets"],
+        prompts.build(parts)["assets"]
+        + reasoning_samples.build(parts)["assets"]
+        + built["assets"]
+        + built["checks"]
+        + hidden_states.build(parts)["assets"],
         partition_key=PARTITION,
-        resources={"storage": storage_root, "verifier": Verifier(model_path=str(tiny_verifier), device="cpu"),
-                   "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)},
-        run_config={"ops": {"prompts": {"config": {"limit": 6}},
-                            "reasoning_samples": {"config": {"max_tokens": 200}}}},
+        resources={
+            "storage": storage_root,
+            "verifier": Verifier(model_path=str(tiny_verifier), device="cpu"),
+            "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls),
+        },
+        run_config={"ops": {"prompts": {"config": {"limit": 6}}, "reasoning_samples": {"config": {"max_tokens": 200}}}},
         raise_on_error=False,
     )
     assert result.success

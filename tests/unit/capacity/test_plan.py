@@ -21,17 +21,27 @@ from eagle_assets.capacity import (
     measure_token_stats,
 )
 from eagle_assets.cli import app
-from eagle_assets.core.layout import prompts_file
-from eagle_assets.core.layout import TRAIN
+from eagle_assets.core.layout import TRAIN, prompts_file
 
 runner = CliRunner()
 
 
 def test_feature_bytes_on_a_known_nested_config(tmp_path):
     # A multimodal-style config: the decoder's sizes live under text_config.
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "wrapper", "text_config": {
-        "hidden_size": 64, "num_hidden_layers": 8, "vocab_size": 1000, "intermediate_size": 128,
-        "num_attention_heads": 4}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "wrapper",
+                "text_config": {
+                    "hidden_size": 64,
+                    "num_hidden_layers": 8,
+                    "vocab_size": 1000,
+                    "intermediate_size": 128,
+                    "num_attention_heads": 4,
+                },
+            }
+        )
+    )
     shape = load_shape(str(tmp_path))
     assert shape.layer_ids == [2, 4, 5, 8]  # [2, n//2, n-3] + final
     assert feature_bytes_per_token(4, 64, BF16) == 4 * 64 * 2 + 8 == 520
@@ -67,7 +77,9 @@ def test_fp8_bytes_are_hs_connectors_format():
     seq, layers, hidden = 37, 4, 64
     states, scales = quantize_tensor_to_fp8(torch.randn(seq, layers, hidden, dtype=torch.bfloat16))
     tensors = {"hidden_states": states, SCALES_KEY: scales, "token_ids": torch.arange(seq, dtype=torch.int64)}
-    assert sum(t.numel() * t.element_size() for t in tensors.values()) == seq * feature_bytes_per_token(layers, hidden, FP8)
+    assert sum(t.numel() * t.element_size() for t in tensors.values()) == seq * feature_bytes_per_token(
+        layers, hidden, FP8
+    )
     assert len(save(tensors)) <= feature_bytes(seq, 1, layers, hidden, FP8)
 
 
@@ -82,7 +94,10 @@ def test_plan_prints_kimi_totals_for_100k_prompts():
     hidden = next(s for s in data["stages"] if s["stage"] == "hidden_states")
     assert hidden["bytes_bf16"] == 300_000_000 * 57_352 + 100_000 * 512
     assert hidden["bytes_fp8"] == 300_000_000 * 28_684 + 100_000 * 512
-    assert "benchmark 'hidden-state extraction, one H200'" in hidden["gpu_hours_source"] and "scaled by forward FLOPs" in hidden["gpu_hours_source"]
+    assert (
+        "benchmark 'hidden-state extraction, one H200'" in hidden["gpu_hours_source"]
+        and "scaled by forward FLOPs" in hidden["gpu_hours_source"]
+    )
 
 
 def test_plan_without_a_count_is_a_clear_error():
@@ -103,9 +118,12 @@ def test_token_statistics_are_measured_from_a_materialized_partition(tiny_verifi
     assert stats.prompts == 8 and "measured from reasoning_samples[demo] (8 ok samples" in stats.source
     # The train share is counted on the stored prompts table, the same file the assets read.
     splits = pq.read_table(prompts_file(storage_root.root, PARTITION), columns=["split"])["split"].to_pylist()
-    assert stats.train_prompts == splits.count(TRAIN) and f"train split {splits.count(TRAIN)} (measured)" in stats.source
+    assert (
+        stats.train_prompts == splits.count(TRAIN) and f"train split {splits.count(TRAIN)} (measured)" in stats.source
+    )
     assert stats.seq_tokens == pytest.approx(sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows) / 8)
-    result = runner.invoke(app, ["plan", "--verifier", str(tiny_verifier), "--partition", PARTITION,
-                                 "--root", storage_root.root])
+    result = runner.invoke(
+        app, ["plan", "--verifier", str(tiny_verifier), "--partition", PARTITION, "--root", storage_root.root]
+    )
     assert result.exit_code == 0, result.output
     assert "measured from reasoning_samples[demo]" in result.output and "measured on the stored" in result.output

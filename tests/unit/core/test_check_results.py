@@ -17,8 +17,16 @@ from eagle_assets.reasoning_samples.asset import error_rate_check_result, trunca
 from eagle_assets.token_sequences.asset import drift_check_result
 from eagle_assets.token_sequences.build import DriftReport
 
-SAMPLES = {"prompts_selected": 50, "requests_selected": 50, "ok": 40, "errors": 6, "missing": 4, "error_rate": 0.2,
-           "truncated": 12, "truncation_rate": 0.3}
+SAMPLES = {
+    "prompts_selected": 50,
+    "requests_selected": 50,
+    "ok": 40,
+    "errors": 6,
+    "missing": 4,
+    "error_rate": 0.2,
+    "truncated": 12,
+    "truncation_rate": 0.3,
+}
 
 
 def failure(result: dg.AssetCheckResult) -> tuple[str, str]:
@@ -56,8 +64,13 @@ def test_passed_checks_carry_their_numbers_and_no_failure_text():
 
 def test_prompts_failures_name_the_rows_and_the_location_setting():
     skipped = [Skip("jsonl", str(i), "no_messages", "neither messages nor conversations") for i in range(3)]
-    found = Collection("jsonl", rows_read=3, skips=skipped, error="source 'jsonl' raised ValueError: bad json "
-                       "after 3 rows (last row read: 3); the rows read before it are kept.")
+    found = Collection(
+        "jsonl",
+        rows_read=3,
+        skips=skipped,
+        error="source 'jsonl' raised ValueError: bad json "
+        "after 3 rows (last row read: 3); the rows read before it are kept.",
+    )
     read, has = prompts.check_results(found, kept=0)
     description, fix = failure(read)
     assert "ValueError: bad json" in description and "`location`" in fix

@@ -9,12 +9,15 @@ import time
 
 
 def test_an_orphaned_worker_terminates_even_when_it_inherited_an_ignored_sigterm():
-    # CI's pytest process had SIGTERM ignored by the time the kill test ran, and its workers inherited that:
-    # the parent-death signal then did nothing. die_with_parent restores the default; the orphan guard, told
-    # a parent the process does not have, then ends it at once by SIGTERM (not by its later _exit).
-    script = ("import time; from eagle_assets.core.child_process import die_with_parent, exit_when_orphaned; "
-              "die_with_parent(); exit_when_orphaned(-1, poll_s=0.01); time.sleep(60)")
+    """A worker started by a process that ignores SIGTERM inherits that, and the parent-death signal would do
+    nothing: die_with_parent restores the default; the orphan guard, told a parent the process does not
+    have, then ends it at once by SIGTERM (not by its later _exit)."""
+    script = (
+        "import time; from eagle_assets.core.child_process import die_with_parent, exit_when_orphaned; "
+        "die_with_parent(); exit_when_orphaned(-1, poll_s=0.01); time.sleep(60)"
+    )
     started = time.monotonic()
-    child = subprocess.run([sys.executable, "-c", script], timeout=60,
-                           preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    child = subprocess.run(
+        [sys.executable, "-c", script], timeout=60, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    )
     assert child.returncode == -signal.SIGTERM and time.monotonic() - started < 30

@@ -1,7 +1,6 @@
 """``eagle-assets demo`` walks whatever graph the definitions hold: partitioned assets, then the rest."""
 # No `from __future__ import annotations`: Dagster reads asset annotations at runtime.
 
-
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
@@ -27,7 +26,9 @@ def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storag
         """Reads every partition (stands in for the checkpoint)."""
         return dg.MaterializeResult(metadata={"partitions_seen": len(list(storage_root.path("prompts").iterdir()))})
 
-    defs = dg.Definitions(assets=[prompts, prompt_lengths, summary_over_all_partitions], resources={"storage": storage_root})
+    defs = dg.Definitions(
+        assets=[prompts, prompt_lengths, summary_over_all_partitions], resources={"storage": storage_root}
+    )
     partitioned, unpartitioned = plan(defs)
     assert partitioned == [prompts.key, prompt_lengths.key]
     assert unpartitioned == [summary_over_all_partitions.key]
@@ -50,6 +51,8 @@ def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storag
 def test_demo_refuses_an_unknown_partition_with_the_known_ones(storage_root):
     [prompts] = prompts_family.build(source_partitions())["assets"]
     defs = dg.Definitions(assets=[prompts], resources={"storage": storage_root})
-    with dg.DagsterInstance.ephemeral() as instance:
-        with pytest.raises(ValueError, match=r"unknown partition 'nope'; the dataset sources are demo, demo_ood, jsonl"):
-            run_demo(defs, instance, "nope")
+    with (
+        dg.DagsterInstance.ephemeral() as instance,
+        pytest.raises(ValueError, match=r"unknown partition 'nope'; the dataset sources are demo, demo_ood, jsonl"),
+    ):
+        run_demo(defs, instance, "nope")

@@ -22,7 +22,7 @@ def test_status_line_shows_the_count_as_a_bar_and_skips_forwarded_server_lines()
     assert "[vllm]" not in shown
     display.line("reasoning_samples[demo] version abc: rows=713")
     # The status line is blanked (spaces, back to column 0), then the result line stays on its own line.
-    blanked, kept = terminal.getvalue()[len(shown):].rsplit("\r", 1)
+    blanked, kept = terminal.getvalue()[len(shown) :].rsplit("\r", 1)
     assert blanked.strip() == "" and len(blanked) > 40
     assert kept == "reasoning_samples[demo] version abc: rows=713\n"
 

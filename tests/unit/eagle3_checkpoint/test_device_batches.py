@@ -14,11 +14,31 @@ HIDDEN, LAYERS, ROW = 64, [1, 2, 3, 4], 96
 def fp8_training_data(tmp_path: Path):
     from transformers import Qwen3Config
 
-    verifier = write_head_only_verifier(tmp_path / "verifier", Qwen3Config(
-        vocab_size=256, hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-        head_dim=32, intermediate_size=128, max_position_embeddings=1024, eos_token_id=1))
-    write_random_features(tmp_path / "fp8", "demo", verifier_path=verifier, layer_ids=LAYERS, hidden_size=HIDDEN,
-                          vocab_size=256, num_rows=8, seq_len=(20, 40), feature_dtype="fp8")
+    verifier = write_head_only_verifier(
+        tmp_path / "verifier",
+        Qwen3Config(
+            vocab_size=256,
+            hidden_size=HIDDEN,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            intermediate_size=128,
+            max_position_embeddings=1024,
+            eos_token_id=1,
+        ),
+    )
+    write_random_features(
+        tmp_path / "fp8",
+        "demo",
+        verifier_path=verifier,
+        layer_ids=LAYERS,
+        hidden_size=HIDDEN,
+        vocab_size=256,
+        num_rows=8,
+        seq_len=(20, 40),
+        feature_dtype="fp8",
+    )
     return build_training_data(tmp_path / "fp8", ["demo"], tmp_path / "work")
 
 
@@ -29,8 +49,7 @@ def batches(dataset_class, collate_class, data):
 
     transfer = FP8Backend.from_train_args(type("Args", (), {"hidden_states_path": None})(), str(data.path))
     dataset = dataset_class(max_len=ROW, datapath=str(data.path), transfer=transfer, on_missing="raise")
-    collate = collate_class(ROW, HIDDEN, num_target_layers=3, dtype=dataset.hidden_states_dtype,
-                            preprocess=shift_batch)
+    collate = collate_class(ROW, HIDDEN, num_target_layers=3, dtype=dataset.hidden_states_dtype, preprocess=shift_batch)
     packs = [[0, 1, 2], [3, 4], [5]]  # several samples per row, and a row cut short
     return dataset, [collate([dataset[i] for i in pack]) for pack in packs]
 
@@ -69,9 +88,14 @@ def test_bf16_samples_pass_through_unchanged(tmp_path):
 
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import ScalesFollowFeatures
 
-    sample = {"input_ids": torch.arange(5), "hidden_states": torch.randn(5, 6), "loss_mask": torch.ones(5),
-              "verifier_last_hidden_states": torch.randn(5, 2), "lengths": torch.tensor([5]),
-              "position_ids": torch.arange(5)}
+    sample = {
+        "input_ids": torch.arange(5),
+        "hidden_states": torch.randn(5, 6),
+        "loss_mask": torch.ones(5),
+        "verifier_last_hidden_states": torch.randn(5, 2),
+        "lengths": torch.tensor([5]),
+        "position_ids": torch.arange(5),
+    }
     out = ScalesFollowFeatures(shift_batch)(dict(sample))
     want = shift_batch(dict(sample))
     assert set(out) == set(want) and all(torch.equal(out[k], want[k]) for k in want)
@@ -104,7 +128,7 @@ class EpochSampler:
     def __iter__(self):
         self.iterated.append(self.epoch)
         order = [(i * (self.epoch + 3)) % self.rows for i in range(self.rows)]
-        return iter([order[i:i + 2] for i in range(0, self.rows, 2)])
+        return iter([order[i : i + 2] for i in range(0, self.rows, 2)])
 
     def __len__(self) -> int:
         return self.rows // 2
@@ -125,8 +149,13 @@ def test_the_next_epoch_starts_loading_once_this_one_is_in_hand_with_the_batches
 
     def loader_over(sampler):
         # Persistent workers, as speculators builds its loaders: one iterator, reset for each epoch.
-        return DataLoader([{"row": i} for i in range(8)], batch_sampler=sampler, num_workers=1,
-                          persistent_workers=True, multiprocessing_context="fork")
+        return DataLoader(
+            [{"row": i} for i in range(8)],
+            batch_sampler=sampler,
+            num_workers=1,
+            persistent_workers=True,
+            multiprocessing_context="fork",
+        )
 
     plain = EpochSampler(8)
     want = epochs_of(loader_over(plain), plain, [0, 1, 2])

@@ -43,8 +43,13 @@ def speculators_like_init(worker_id: int) -> None:
 
 def loader() -> DataLoader:
     # A spawned worker, as speculators starts them: both initialisers must survive pickling by name.
-    return DataLoader(BigBuffers(), batch_size=None, num_workers=1, multiprocessing_context="spawn",
-                      worker_init_fn=speculators_like_init)
+    return DataLoader(
+        BigBuffers(),
+        batch_size=None,
+        num_workers=1,
+        multiprocessing_context="spawn",
+        worker_init_fn=speculators_like_init,
+    )
 
 
 def test_workers_serve_large_buffers_from_the_heap_and_still_run_the_loaders_own_initialiser():

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import json
 
-KIMI_TEXT_CONFIG = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840,
-                    "max_position_embeddings": 262144}
+KIMI_TEXT_CONFIG = {
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "vocab_size": 163840,
+    "max_position_embeddings": 262144,
+}
 
 
 def test_training_defaults_resolve_from_a_kimi_shaped_verifier(tmp_path):
     from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
     from eagle_assets.plugins.kimi_backend import KIMI_BACKEND
 
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "kimi_k25", "text_config": KIMI_TEXT_CONFIG,
-                                                      "vision_config": {"hidden_size": 1152}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "kimi_k25", "text_config": KIMI_TEXT_CONFIG, "vision_config": {"hidden_size": 1152}})
+    )
     shape = VerifierShape.of(KIMI_BACKEND.text_config(tmp_path))
     assert shape == VerifierShape(vocab_size=163840, context_length=262144)
     settings, resolved = resolve_settings(TrainingSettings(), shape)  # speculators' recipe, read from speculators

@@ -17,16 +17,27 @@ def _constant_draft():
     from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import Qwen3Config
 
-    layer = Qwen3Config(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                        num_attention_heads=1, num_key_value_heads=1, head_dim=32)
+    layer = Qwen3Config(
+        vocab_size=8,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=32,
+    )
     layer._attn_implementation = "sdpa"
     config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer, draft_vocab_size=4, norm_before_residual=True,
+        transformer_layer_config=layer,
+        draft_vocab_size=4,
+        norm_before_residual=True,
         eagle_aux_hidden_state_layer_ids=[1, 2, 3],
         speculators_config=SpeculatorsConfig(
-            algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
             default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["Qwen3ForCausalLM"])),
+            verifier=VerifierConfig(name_or_path=None, architectures=["Qwen3ForCausalLM"]),
+        ),
     )
     torch.manual_seed(0)
     draft = Eagle3DraftModel(config)

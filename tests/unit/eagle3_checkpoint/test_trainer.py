@@ -20,10 +20,21 @@ def test_several_processes_launch_through_torchrun(tmp_path):
     assert single[:3] == [sys.executable, "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch"]
     command = launch_command(TrainingSettings(num_processes=4, early_stop_patience=3), metrics, speculators_argv)
     assert command == [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-        "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch",
-        "--metrics-file", str(metrics), "--early-stop-patience", "3", "--cpu-threads", "1",
-        "--", *speculators_argv,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=4",
+        "-m",
+        "eagle_assets.eagle3_checkpoint.trainer_process.launch",
+        "--metrics-file",
+        str(metrics),
+        "--early-stop-patience",
+        "3",
+        "--cpu-threads",
+        "1",
+        "--",
+        *speculators_argv,
     ]
 
 
@@ -51,7 +62,10 @@ def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_pat
     from eagle_assets.eagle3_checkpoint.trainer import run_streaming
 
     log = Lines()
-    endless = [sys.executable, "-c", "import itertools, time\nfor i in itertools.count():\n    print(i, flush=True)\n"
-               "    time.sleep(0.01)"]
+    endless = [
+        sys.executable,
+        "-c",
+        "import itertools, time\nfor i in itertools.count():\n    print(i, flush=True)\n    time.sleep(0.01)",
+    ]
     run_streaming(endless, log, cwd=tmp_path, done=lambda: "3" in log.lines)
     assert log.lines == ["0", "1", "2", "3"]

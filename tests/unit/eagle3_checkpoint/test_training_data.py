@@ -61,8 +61,9 @@ def test_the_validation_split_is_the_tail_speculators_validates_on(random_featur
     assert [r["split"] for r in rows] == ["train"] * (data.num_rows - n_val) + ["validation"] * n_val
     current = {pid: split for p in PARTITIONS for pid, (split, _) in read_current_splits(root, p).items()}
     assert all(current[r["prompt_id"]] == r["split"] for r in rows)  # the prompts table's labels, not others
-    val = ArrowDataset(max_len=256, datapath=str(data.path), on_missing="raise",
-                       train_ratio=data.train_data_ratio, split="val")
+    val = ArrowDataset(
+        max_len=256, datapath=str(data.path), on_missing="raise", train_ratio=data.train_data_ratio, split="val"
+    )
     assert len(val) == n_val
 
 
@@ -79,7 +80,11 @@ def test_synthetic_features_have_the_assets_schemas_and_load_without_dagster(ran
     # Dagster must stay out of its imports.
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, tests.helpers.synthetic; print('dagster' in sys.modules)"],
-        cwd=Path(__file__).parents[3], capture_output=True, text=True, check=True)
+        cwd=Path(__file__).parents[3],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert loaded.stdout.strip() == "False"
 
 
@@ -89,8 +94,9 @@ def test_training_folder_rejects_inconsistent_features(random_features, tmp_path
         build_training_data(root, ["missing"], tmp_path / "work")
     index_path = root / "hidden_states" / "demo" / "index.parquet"
     index = pq.read_table(index_path)
-    wrong = index.set_column(index.schema.get_field_index("seq_len"), "seq_len",
-                             [[v + 1 for v in index["seq_len"].to_pylist()]])
+    wrong = index.set_column(
+        index.schema.get_field_index("seq_len"), "seq_len", [[v + 1 for v in index["seq_len"].to_pylist()]]
+    )
     write_parquet(wrong.cast(index.schema), index_path)
     with pytest.raises(TrainingDataError, match=r"disagree on seq_len .* demo/"):
         build_training_data(root, ["demo"], tmp_path / "work")

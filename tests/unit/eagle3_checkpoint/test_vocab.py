@@ -23,5 +23,5 @@ def test_draft_vocab_from_frequencies(tmp_path):
     with pytest.raises(DraftVocabError, match="outside the verifier vocabulary"):
         build_draft_vocab(tmp_path, 3, 16)
     (tmp_path / "token_freq.pt").unlink()
-    with pytest.raises(DraftVocabError, match="token_freq.pt is missing"):
+    with pytest.raises(DraftVocabError, match=r"token_freq.pt is missing"):
         build_draft_vocab(tmp_path, 3, 16)

@@ -41,7 +41,9 @@ def close_to_forward(stored: dict, expected: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("feature_dtype", ["bfloat16", "fp8"])
-def test_states_equal_a_direct_forward_pass_and_load_in_speculators(storage_root, tiny_verifier, tmp_path, feature_dtype):
+def test_states_equal_a_direct_forward_pass_and_load_in_speculators(
+    storage_root, tiny_verifier, tmp_path, feature_dtype
+):
     sequences = write_token_sequences(storage_root, tiny_verifier, prompts=10, steps=3)
     # batch_tokens small enough that rows of different lengths share padded batches.
     verifier = verifier_for(tiny_verifier, batch_tokens=400, feature_dtype=feature_dtype)
@@ -161,8 +163,11 @@ def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, t
     tensors = folder(storage_root) / "tensors"
     log = tmp_path / "killed-run.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, storage_root.root, str(tiny_verifier), PARTITION],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, storage_root.root, str(tiny_verifier), PARTITION],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 300
         # Kill once files appear, preferably while one is half-written (a temporary exists).

@@ -21,8 +21,11 @@ def test_on_device_quantization_writes_the_files_the_sink_would(tiny_verifier, t
     digests = []
     for name, on_device in (("device", "fp8"), ("sink", "bfloat16")):
         writer = SampleWriter(tmp_path / name, 4, backend.hidden_size(tiny_verifier), "fp8")
-        backend.extract(tiny_verifier, ExtractionRequest(seqs, [1, 2, 3, 4], device="cpu", batch_tokens=128,
-                                                         feature_dtype=on_device), writer)
+        backend.extract(
+            tiny_verifier,
+            ExtractionRequest(seqs, [1, 2, 3, 4], device="cpu", batch_tokens=128, feature_dtype=on_device),
+            writer,
+        )
         digests.append({key: w.sha256 for key, w in writer.written.items()})
     assert len(digests[0]) == 4 and digests[0] == digests[1]
 

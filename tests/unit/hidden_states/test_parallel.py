@@ -25,14 +25,17 @@ def test_auto_devices_mean_one_worker_per_gpu_only_for_data_parallel_backends():
     assert resolve_devices(TWO_CPU_WORKERS, "auto", transformers, cuda_count=0) == TWO_CPU_WORKERS
 
 
-@pytest.mark.parametrize(("devices", "backend", "message"), [
-    (["cpu", "cpu"], "kimi", "backend 'kimi' cannot run one worker per device"),
-    (["cuda:0", "cuda:2"], "transformers", "'cuda:2' is not visible: this host shows 2 CUDA device(s)"),
-    (["gpu0", "cpu"], "transformers", "'gpu0' is not a device"),
-    (["auto", "cuda:0"], "transformers", "'auto' is not a device"),
-])
+@pytest.mark.parametrize(
+    ("devices", "backend", "message"),
+    [
+        (["cpu", "cpu"], "kimi", "backend 'kimi' cannot run one worker per device"),
+        (["cuda:0", "cuda:2"], "transformers", "'cuda:2' is not visible: this host shows 2 CUDA device(s)"),
+        (["gpu0", "cpu"], "transformers", "'gpu0' is not a device"),
+        (["auto", "cuda:0"], "transformers", "'auto' is not a device"),
+    ],
+)
 def test_bad_devices_are_refused_with_the_field_named(devices, backend, message):
-    with pytest.raises(ValueError, match="verifier.devices") as err:
+    with pytest.raises(ValueError, match=r"verifier.devices") as err:
         resolve_devices(devices, "auto", verifier_backend(backend), cuda_count=2)
     assert message in str(err.value)
 

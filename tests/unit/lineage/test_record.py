@@ -33,14 +33,18 @@ def test_keeping_a_checkpoint_reads_its_weights_once_and_returns_the_lineage_sha
     (best / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
     reads = weight_reads(monkeypatch)
     folder, digest, lineage_sha256 = keep_checkpoint(
-        best, tmp_path / "kept", {"training.json": {"seed": 0}},
-        finish=lambda tmp, model_hashes: write_lineage(tmp, {"storage_root": str(tmp_path)}, model_hashes))
+        best,
+        tmp_path / "kept",
+        {"training.json": {"seed": 0}},
+        finish=lambda tmp, model_hashes: write_lineage(tmp, {"storage_root": str(tmp_path)}, model_hashes),
+    )
     assert reads == [best / "model.safetensors"]  # named the folder; the lineage record reuses it
     monkeypatch.undo()
     lineage = json.loads((folder / LINEAGE_FILE).read_text())
     assert folder.name == digest[:16] and lineage["checkpoint_hash"] == digest == checkpoint_hash(folder)
     assert {f["path"]: f["sha256"] for f in lineage["checkpoint_files"]} == {
-        name: file_sha256(folder / name) for name in ("config.json", "model.safetensors", "training.json")}
+        name: file_sha256(folder / name) for name in ("config.json", "model.safetensors", "training.json")
+    }
     assert lineage_sha256 == file_sha256(folder / LINEAGE_FILE)
     assert (folder / LINEAGE_DIGEST_FILE).read_text() == f"{lineage_sha256}  {LINEAGE_FILE}\n"
 
@@ -59,9 +63,16 @@ def test_an_upstream_rematerialized_after_use_is_flagged(tiny_verifier, tmp_path
     home = tmp_path / "dagster_home"
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:
+
         def run(selection, limit):
-            result = dg.materialize(assets, instance=instance, partition_key=PARTITION, resources={"storage": storage},
-                                    selection=selection, run_config={"ops": {"prompts": {"config": {"limit": limit}}}})
+            result = dg.materialize(
+                assets,
+                instance=instance,
+                partition_key=PARTITION,
+                resources={"storage": storage},
+                selection=selection,
+                run_config={"ops": {"prompts": {"config": {"limit": limit}}}},
+            )
             assert result.success
 
         run(["prompts", "reasoning_samples"], 4)

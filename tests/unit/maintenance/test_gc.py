@@ -35,10 +35,17 @@ def test_gc_reconciles_first_so_a_killed_run_does_not_block_it(tmp_path, monkeyp
     killed = subprocess.Popen([sys.executable, "-c", "pass"])
     killed.wait()
     with dg.DagsterInstance.get() as instance:
-        run = instance.add_run(dg.DagsterRun(job_name="killed", run_id=str(uuid.uuid4()),
-                                             status=dg.DagsterRunStatus.STARTED, tags=worker_tags(killed.pid)))
-    result = runner.invoke(app, ["gc", "--root", str(tmp_path / "data"), "--delete",
-                                 "--state-dir", str(tmp_path / "servers")])
+        run = instance.add_run(
+            dg.DagsterRun(
+                job_name="killed",
+                run_id=str(uuid.uuid4()),
+                status=dg.DagsterRunStatus.STARTED,
+                tags=worker_tags(killed.pid),
+            )
+        )
+    result = runner.invoke(
+        app, ["gc", "--root", str(tmp_path / "data"), "--delete", "--state-dir", str(tmp_path / "servers")]
+    )
     assert result.exit_code == 0, result.output
     with dg.DagsterInstance.get() as instance:
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
@@ -55,10 +62,14 @@ def test_work_folders_are_named_by_what_they_are(tmp_path):
     with dg.DagsterInstance.ephemeral() as instance:
         collection = find_garbage(tmp_path, instance)
     assert {g.path.name: g.kind for g in collection.garbage} == {
-        "data-0123": "training folder", "run-4567": "training folder", "verifier-89ab": "resolved verifier",
-        ".verifier-89ab.x1y2": "temporary"}
-    assert any(line.startswith("resolved verifier  eagle3_checkpoint/_work/verifier-89ab")
-               for line in report_lines(collection))
+        "data-0123": "training folder",
+        "run-4567": "training folder",
+        "verifier-89ab": "resolved verifier",
+        ".verifier-89ab.x1y2": "temporary",
+    }
+    assert any(
+        line.startswith("resolved verifier  eagle3_checkpoint/_work/verifier-89ab") for line in report_lines(collection)
+    )
 
 
 def test_the_resolved_verifier_a_kept_checkpoint_names_is_kept(tmp_path):
@@ -73,9 +84,13 @@ def test_the_resolved_verifier_a_kept_checkpoint_names_is_kept(tmp_path):
     checkpoint = tmp_path / "eagle3_checkpoint" / "0123456789abcdef"
     checkpoint.mkdir()
     (checkpoint / "lineage.json").write_text("{}")
-    (checkpoint / "config.json").write_text(json.dumps(
-        {"speculators_config": {"verifier": {"name_or_path": str(named)}}}))
+    (checkpoint / "config.json").write_text(
+        json.dumps({"speculators_config": {"verifier": {"name_or_path": str(named)}}})
+    )
     with dg.DagsterInstance.ephemeral() as instance:
         assert {g.path for g in find_garbage(tmp_path, instance).garbage} == {other}
         assert {g.path for g in find_garbage(tmp_path, instance, keep_checkpoints=0).garbage} == {
-            checkpoint, named, other}
+            checkpoint,
+            named,
+            other,
+        }

@@ -18,8 +18,12 @@ def needs_the_server(vllm_server: VLLMServer) -> None:
 
 
 def job_of(server: VLLMServer, **definitions) -> dg.JobDefinition:
-    return dg.Definitions(assets=[needs_the_server], resources={"vllm_server": server},
-                          jobs=[dg.define_asset_job("with_a_server")], **definitions).resolve_job_def("with_a_server")
+    return dg.Definitions(
+        assets=[needs_the_server],
+        resources={"vllm_server": server},
+        jobs=[dg.define_asset_job("with_a_server")],
+        **definitions,
+    ).resolve_job_def("with_a_server")
 
 
 def job_with_a_managed_server() -> dg.JobDefinition:
@@ -44,8 +48,10 @@ def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypat
     default.mkdir(parents=True)
     in_configured = write_state(configured, "127.0.0.1-8000", dead_pid(), this_host())
     in_default = write_state(default, "127.0.0.1-8000", dead_pid(), this_host())
-    run_config = {"resources": {"vllm_server": {"config": {"state_dir": str(configured)}}},
-                  "execution": {"config": {"in_process": {}}}}
+    run_config = {
+        "resources": {"vllm_server": {"config": {"state_dir": str(configured)}}},
+        "execution": {"config": {"in_process": {}}},
+    }
     with dg.DagsterInstance.local_temp(str(tmp_path)) as instance:
         result = dg.execute_job(dg.reconstructable(job_with_a_managed_server), instance, run_config=run_config)
         assert result.success

@@ -19,7 +19,7 @@ def test_a_training_run_is_added_once_and_named_plainly():
         assert add_training_run(instance, "kimi-k25-v1") and not add_training_run(instance, "kimi-k25-v1")
         assert instance.get_dynamic_partitions(TRAINING_RUNS) == ["kimi-k25-v1"]
         for bad in ("", "-lead", "a/b", "with space", "x" * 65):
-            with pytest.raises(ValueError, match="training run name .* use 1-64 letters"):
+            with pytest.raises(ValueError, match=r"training run name .* use 1-64 letters"):
                 add_training_run(instance, bad)
 
 
@@ -40,7 +40,9 @@ def test_recipe_changes_name_each_setting_both_recipes_hold():
     recorded = {"lr": 3e-3, "epochs": 3, "partitions": []}
     assert recipe_changes(recorded, dict(recorded)) == []
     assert recipe_changes(recorded, {**recorded, "epochs": 2, "partitions": ["demo"]}) == [
-        "epochs: 3 -> 2", "partitions: [] -> ['demo']"]
+        "epochs: 3 -> 2",
+        "partitions: [] -> ['demo']",
+    ]
     # A setting the code gained after the run was recorded does not change the run's recipe.
     assert recipe_changes(recorded, {**recorded, "new_setting": 1}) == []
 

@@ -55,7 +55,9 @@ def test_transformers_backend_describes_the_tiny_verifier(tiny_verifier):
     assert len(info["identity"]) == 16
     tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(tiny_verifier)
     assert "<think>" in tokenizer.chat_template
-    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, tiny_verifier)
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in TRANSFORMERS_BACKEND.stop_token_ids(
+        tokenizer, tiny_verifier
+    )
 
 
 def test_verifier_identity_follows_the_files(tiny_verifier, tmp_path):
@@ -85,8 +87,9 @@ def test_render_with_thinking_off_matches_what_the_server_was_asked(tiny_verifie
     tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(tiny_verifier)
     stops = TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, tiny_verifier)
     messages = [{"role": "user", "content": "What is 2 + 3?"}]
-    prompt, completion = TRANSFORMERS_BACKEND.render(tokenizer, messages, None, "The answer is 5.", stops,
-                                                     {"enable_thinking": False})
+    prompt, completion = TRANSFORMERS_BACKEND.render(
+        tokenizer, messages, None, "The answer is 5.", stops, {"enable_thinking": False}
+    )
     assert tokenizer.decode(prompt).endswith("<think>\n\n</think>\n\n")
     assert tokenizer.decode(completion) == "The answer is 5.<|im_end|>"
 
@@ -111,8 +114,10 @@ def test_extraction_hooks_only_the_captured_layers_and_removes_them(tiny_verifie
         seen.append((sample.key, tuple(sample.hidden_states.shape), sample.hidden_states.dtype))
 
     extractor.run([("a", [1, 2, 3]), ("b", list(range(10, 40)))], sink)
-    assert sorted(seen) == [("a", (3, 2, model.config.hidden_size), torch.bfloat16),
-                            ("b", (30, 2, model.config.hidden_size), torch.bfloat16)]
+    assert sorted(seen) == [
+        ("a", (3, 2, model.config.hidden_size), torch.bfloat16),
+        ("b", (30, 2, model.config.hidden_size), torch.bfloat16),
+    ]
     assert all(not layer._forward_hooks for layer in model.layers)  # our hooks are gone after the run
 
 
@@ -132,20 +137,39 @@ def kimi_k25_config(tmp_path):
     only the embedding, head and norm weights: what the kimi backend reads without loading a model."""
     folder = tmp_path / "kimi-k2.5-tiny"
     folder.mkdir()
-    text = {"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 61, "vocab_size": 512,
-            "intermediate_size": 128, "num_attention_heads": 2, "kv_lora_rank": 16, "q_lora_rank": 32,
-            "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 4,
-            "num_experts_per_tok": 2, "first_k_dense_replace": 3}
-    config = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
-              "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config"},
-              "text_config": text, "vision_config": {"model_type": "moonvit", "hidden_size": 32, "num_hidden_layers": 2}}
+    text = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_hidden_layers": 61,
+        "vocab_size": 512,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+        "kv_lora_rank": 16,
+        "q_lora_rank": 32,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 3,
+    }
+    config = {
+        "model_type": "kimi_k25",
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config"},
+        "text_config": text,
+        "vision_config": {"model_type": "moonvit", "hidden_size": 32, "num_hidden_layers": 2},
+    }
     (folder / "config.json").write_text(json.dumps(config))
-    save_file({
-        "language_model.model.embed_tokens.weight": torch.zeros(512, 64),
-        "language_model.lm_head.weight": torch.zeros(512, 64),
-        "language_model.model.norm.weight": torch.ones(64),
-        "vision_tower.patch_embed.embed_tokens.weight": torch.zeros(4, 32),
-    }, str(folder / "model.safetensors"))
+    save_file(
+        {
+            "language_model.model.embed_tokens.weight": torch.zeros(512, 64),
+            "language_model.lm_head.weight": torch.zeros(512, 64),
+            "language_model.model.norm.weight": torch.ones(64),
+            "vision_tower.patch_embed.embed_tokens.weight": torch.zeros(4, 32),
+        },
+        str(folder / "model.safetensors"),
+    )
     return folder
 
 
@@ -168,7 +192,7 @@ def test_kimi_backend_names_a_plain_checkpoint(tiny_verifier):
 
 
 def test_verifier_resource_names_a_bad_model_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="verifier.model_path .* has no config.json"):
+    with pytest.raises(FileNotFoundError, match=r"verifier.model_path .* has no config.json"):
         Verifier(model_path=str(tmp_path)).resolved_model_path()
 
 

@@ -48,7 +48,9 @@ def reload_plugins(monkeypatch):
 def test_cli_lists_the_four_built_in_sources_as_json():
     out = subprocess.run(
         [str(Path(sys.executable).with_name("eagle-assets")), "plugins", "--json"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     report = json.loads(out)
     assert {s["name"] for s in report["dataset_sources"]} >= BUILT_IN_SOURCES
@@ -75,7 +77,7 @@ def test_a_registered_plugin_becomes_a_partition_of_prompts(storage_root):
     try:
         defs = build_definitions({"storage": storage_root})
         keys = defs.resolve_assets_def("prompts").partitions_def.get_partition_keys()
-        assert "throwaway" in keys and BUILT_IN_SOURCES <= set(keys)
+        assert "throwaway" in keys and set(keys) >= BUILT_IN_SOURCES
         assert materialize_prompts(defs, "throwaway").success
         assert pq.read_table(storage_root.path("prompts", "throwaway") / "prompts.parquet").num_rows == 1
     finally:
@@ -94,14 +96,14 @@ def test_failing_plugins_are_reported_by_name_while_the_rest_load(reload_plugins
         "    raise ValueError('cannot reach my bucket')\n"
     )
     reload_plugins(EAGLE_ASSETS_PLUGINS=f"no_such_plugin_module, {broken_file}, {raising_hook}")
-    assert BUILT_IN_SOURCES <= set(dataset_sources())
+    assert set(dataset_sources()) >= BUILT_IN_SOURCES
     errors = {e.plugin: e.error for e in load_errors}
     assert "ModuleNotFoundError" in errors["no_such_plugin_module"]
     assert "boom at import" in errors[str(broken_file)]
     assert "register_dataset_sources: ValueError: cannot reach my bucket" in errors[str(raising_hook)]
     # The code location still loads, with every working partition.
     keys = build_definitions().resolve_assets_def("prompts").partitions_def.get_partition_keys()
-    assert BUILT_IN_SOURCES <= set(keys)
+    assert set(keys) >= BUILT_IN_SOURCES
 
 
 def test_single_file_example_plugin(reload_plugins, storage_root):
@@ -119,8 +121,18 @@ def test_package_example_plugin_installs_with_an_entry_point(reload_plugins, tmp
     shutil.copytree(EXAMPLES / "plugin_package", source_tree)  # builds write egg-info into the tree
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(source_tree)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source_tree),
+        ],
         check=True,
     )
     monkeypatch.syspath_prepend(str(target))

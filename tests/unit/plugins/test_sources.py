@@ -27,7 +27,9 @@ def write_jsonl(path, lines: list[bytes | dict]):
 
 
 def test_jsonl_reads_both_shapes_and_skips_unreadable_lines_with_reasons(tmp_path):
-    path = write_jsonl(tmp_path / "chat.jsonl", [CHAT, b"", SHAREGPT, b"{broken", b"[1, 2]", b'{"messages": "caf\xe9"}'])
+    path = write_jsonl(
+        tmp_path / "chat.jsonl", [CHAT, b"", SHAREGPT, b"{broken", b"[1, 2]", b'{"messages": "caf\xe9"}']
+    )
     items = list(dataset_source("jsonl").records(str(path)))
     assert [type(i) for i in items] == [RawRecord, RawRecord, SkippedRow, SkippedRow, SkippedRow]
     assert [i.row for i in items] == ["chat.jsonl:1", "chat.jsonl:3", "chat.jsonl:4", "chat.jsonl:5", "chat.jsonl:6"]
@@ -117,8 +119,17 @@ def test_demo_set_is_bundled_varied_and_answered_in_textbook_style():
 def test_open_perfectblend_loads_a_local_copy_through_datasets(tmp_path):
     path = write_jsonl(
         tmp_path / "perfectblend.jsonl",
-        [{"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Hi"},
-                            {"from": "gpt", "value": "Hello!"}], "source": "airoboros"}, SHAREGPT],
+        [
+            {
+                "conversations": [
+                    {"from": "system", "value": "Be brief."},
+                    {"from": "human", "value": "Hi"},
+                    {"from": "gpt", "value": "Hello!"},
+                ],
+                "source": "airoboros",
+            },
+            SHAREGPT,
+        ],
     )
     source = dataset_source("open_perfectblend")
     items = list(source.records(str(path)))

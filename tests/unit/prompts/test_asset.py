@@ -127,7 +127,10 @@ def test_bad_rows_and_duplicates_are_counted_by_reason_and_listed(storage_root, 
     n = numbers(mat)
     assert (n["rows_read"], n["rows_kept"], n["duplicates"], n["skipped"]) == (6, 1, 1, 4)
     assert (n["skipped_no_user_turn"], n["skipped_empty_content"], n["skipped_unreadable"], n["skipped_not_utf8"]) == (
-        1, 1, 1, 1,
+        1,
+        1,
+        1,
+        1,
     )
     examples = mat.metadata["skipped_examples"].value
     assert "source 'jsonl', row mixed.jsonl:3: no_user_turn" in examples

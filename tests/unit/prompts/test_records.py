@@ -45,7 +45,10 @@ def test_sharegpt_shape_maps_speakers_and_matches_openai_id():
 
 def test_multi_turn_keeps_history_up_to_last_user_turn():
     p = to_prompt(
-        "s", record(openai(("user", "I have eggs."), ("assistant", "Nice."), ("user", "Recipe?"), ("assistant", "Omelette.")))
+        "s",
+        record(
+            openai(("user", "I have eggs."), ("assistant", "Nice."), ("user", "Recipe?"), ("assistant", "Omelette."))
+        ),
     )
     assert [m["content"] for m in p.messages] == ["I have eggs.", "Nice.", "Recipe?"]
     assert p.reference == "Omelette."
@@ -67,7 +70,9 @@ def test_id_is_stable_under_whitespace_newlines_and_unicode_form_but_not_source(
 
 
 def test_text_content_parts_are_joined():
-    data = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]}
+    data = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    }
     assert to_prompt("s", record(data)).messages[0]["content"] == "Hello"
 
 
@@ -129,11 +134,15 @@ def test_the_same_problem_worded_two_ways_never_crosses_the_split():
     wordings = ["What is 12 + 34?", "Compute 12 + 34.", "Please work out 12 + 34.", "Solve 12 + 34."]
     for fractions in [(0.1, 0.1), (0.0, 0.5), (0.3, 0.3), (0.45, 0.45)]:
         rule = SplitRule(*fractions)
-        given = [to_prompt("demo", record({**openai(("user", w)), "group": "arithmetic:12+34"}), rule) for w in wordings]
+        given = [
+            to_prompt("demo", record({**openai(("user", w)), "group": "arithmetic:12+34"}), rule) for w in wordings
+        ]
         assert len({p.prompt_id for p in given}) == len(wordings)  # four distinct prompts ...
         assert len({p.group_id for p in given}) == 1 and len({p.split for p in given}) == 1  # ... one problem
-        plain = [to_prompt("s", record(openai(("user", w))), rule)
-                 for w in ["What is 12 + 34?", "what  is 12+34", "WHAT IS 12 + 34 ?!"]]
+        plain = [
+            to_prompt("s", record(openai(("user", w))), rule)
+            for w in ["What is 12 + 34?", "what  is 12+34", "WHAT IS 12 + 34 ?!"]
+        ]
         assert len({p.prompt_id for p in plain}) == 3 and len({p.group_id for p in plain}) == 1
         assert len({p.split for p in plain}) == 1
     # Another problem is another group; a system prompt alone does not make one.

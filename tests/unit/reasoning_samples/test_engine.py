@@ -4,6 +4,7 @@ The engine is handed an ``httpx.MockTransport``, so its real retry/backoff polic
 against scripted answers; one test goes through its aiohttp pool and real sockets (a local HTTP server),
 and the real vLLM server is exercised in tests/integration/reasoning_samples/.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,9 +62,12 @@ def requests(n: int) -> list[PromptRequest]:
 
 def run_engine(script, n=4, urls=("http://a/v1",), **settings):
     server = FakeServer(script)
-    engine = CaptureEngine(list(urls), Sampling(max_tokens=16, chat_template_kwargs={"enable_thinking": True}),
-                           ClientSettings(**{"concurrency": 4, "max_retries": 3, **settings}),
-                           transport=httpx.MockTransport(server))
+    engine = CaptureEngine(
+        list(urls),
+        Sampling(max_tokens=16, chat_template_kwargs={"enable_thinking": True}),
+        ClientSettings(**{"concurrency": 4, "max_retries": 3, **settings}),
+        transport=httpx.MockTransport(server),
+    )
     rows: list[dict] = []
     asyncio.run(engine.run(requests(n), rows.append, Progress(total=n)))
     return server, engine, sorted(rows, key=lambda r: r["prompt_id"])
@@ -89,7 +93,7 @@ def test_transient_statuses_are_retried_until_they_succeed(status):
     def flaky(_key, attempt):
         return httpx.Response(status, json={"error": "busy"}) if attempt <= 2 else ok_answer(_key, attempt)
 
-    server, engine, rows = run_engine(flaky, n=2)
+    server, _engine, rows = run_engine(flaky, n=2)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert set(server.attempts.values()) == {3}
 
@@ -118,8 +122,10 @@ def test_bad_request_is_recorded_per_sample_and_not_retried():
 
 @pytest.mark.parametrize(
     "response, reason",
-    [(httpx.Response(200, text="{not json"), "malformed response"),
-     (httpx.Response(200, json={"model": "tiny", "choices": []}), "no choices")],
+    [
+        (httpx.Response(200, text="{not json"), "malformed response"),
+        (httpx.Response(200, json={"model": "tiny", "choices": []}), "no choices"),
+    ],
 )
 def test_malformed_answers_are_recorded_per_sample(response, reason):
     _, _, rows = run_engine(lambda key, attempt: response if key == "q0" else ok_answer(key, attempt), n=2)
@@ -159,8 +165,16 @@ def test_capture_writes_every_finished_row_even_when_the_run_fails(tmp_path):
     server = FakeServer(dies_after_three)
     settings = ClientSettings(concurrency=1, max_retries=0, max_consecutive_failures=2)
     with pytest.raises(ServerUnavailable):
-        capture(["http://a/v1"], requests(10), tmp_path, Sampling(), settings, log=lambda _: None,
-                rows_per_shard=100, transport=httpx.MockTransport(server))
+        capture(
+            ["http://a/v1"],
+            requests(10),
+            tmp_path,
+            Sampling(),
+            settings,
+            log=lambda _: None,
+            rows_per_shard=100,
+            transport=httpx.MockTransport(server),
+        )
     assert done_prompt_ids(tmp_path) == {f"{i:016x}" for i in range(3)}
 
 
@@ -184,8 +198,9 @@ def test_real_sockets_answers_timeouts_and_a_closed_port():
 
     with LocalServer(answer) as server:
         url = server.url
-        engine = CaptureEngine([url], Sampling(max_tokens=16),
-                               ClientSettings(concurrency=2, max_retries=0, request_timeout_s=0.5))
+        engine = CaptureEngine(
+            [url], Sampling(max_tokens=16), ClientSettings(concurrency=2, max_retries=0, request_timeout_s=0.5)
+        )
         rows: list[dict] = []
         asyncio.run(engine.run(requests(3), rows.append, Progress(total=3)))
     closed = CaptureEngine([url], Sampling(), ClientSettings(max_retries=0))

@@ -6,12 +6,20 @@ import pyarrow.parquet as pq
 
 from eagle_assets.core.shards import shard_paths
 from eagle_assets.core.tables import table_version
-from eagle_assets.reasoning_samples.store import ShardWriter, VERSIONED_COLUMNS, done_prompt_ids, load_samples
+from eagle_assets.reasoning_samples.store import VERSIONED_COLUMNS, ShardWriter, done_prompt_ids, load_samples
 
 
 def sample_row(pid: str, status: str = "ok", tokens=(7, 8), **extra) -> dict:
-    return {"prompt_id": pid, "split": "train", "status": status, "error": None if status == "ok" else "boom",
-            "token_ids": list(tokens), "prompt_token_ids": [1], "completion_tokens": len(tokens), **extra}
+    return {
+        "prompt_id": pid,
+        "split": "train",
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "token_ids": list(tokens),
+        "prompt_token_ids": [1],
+        "completion_tokens": len(tokens),
+        **extra,
+    }
 
 
 def test_writer_makes_whole_shards_and_load_keeps_the_latest_row_per_prompt(tmp_path):

@@ -27,9 +27,14 @@ from eagle_assets.reasoning_samples.store import (
 from eagle_assets.reasoning_samples.turns import Answer, Conversation, pending_conversations, turn_context, user_turns
 
 SYSTEM = {"role": "system", "content": "Be brief."}
-CONVERSATION = [SYSTEM, {"role": "user", "content": "u0"}, {"role": "assistant", "content": "dataset a0"},
-                {"role": "user", "content": "u1"}, {"role": "assistant", "content": "dataset a1"},
-                {"role": "user", "content": "u2"}]
+CONVERSATION = [
+    SYSTEM,
+    {"role": "user", "content": "u0"},
+    {"role": "assistant", "content": "dataset a0"},
+    {"role": "user", "content": "u1"},
+    {"role": "assistant", "content": "dataset a1"},
+    {"role": "user", "content": "u2"},
+]
 
 
 def test_the_dataset_answers_are_dropped_and_each_turn_is_asked_with_the_verifiers_own():
@@ -39,8 +44,13 @@ def test_the_dataset_answers_are_dropped_and_each_turn_is_asked_with_the_verifie
     answers = [Answer("mine 0", "thought 0"), Answer(None, "cut off")]
     context = turn_context(CONVERSATION, 2, answers)
     assert [(m["role"], m["content"]) for m in context] == [
-        ("system", "Be brief."), ("user", "u0"), ("assistant", "mine 0"), ("user", "u1"), ("assistant", ""),
-        ("user", "u2")]
+        ("system", "Be brief."),
+        ("user", "u0"),
+        ("assistant", "mine 0"),
+        ("user", "u1"),
+        ("assistant", ""),
+        ("user", "u2"),
+    ]
     assert context[2]["reasoning"] == context[2]["reasoning_content"] == "thought 0"
     assert turn_context(CONVERSATION, 0, []) == [SYSTEM, CONVERSATION[1]]
     with pytest.raises(ValueError, match="needs 2 earlier answers"):
@@ -57,10 +67,22 @@ def test_resume_starts_each_conversation_at_its_first_turn_not_stored():
 
 
 def turn_row(prompt_id: str, turn: int, status: str = "ok", finished_at: float = 0.0) -> dict:
-    return {"prompt_id": prompt_id, "turn": turn, "split": "train", "status": status, "content": f"a{turn}",
-            "reasoning": f"r{turn}", "finish_reason": "stop", "prompt_token_ids": [1, 2], "token_ids": [3, turn],
-            "prompt_tokens": 2, "completion_tokens": 2, "truncated": False, "unfinished_thinking": False,
-            "finished_at": finished_at}
+    return {
+        "prompt_id": prompt_id,
+        "turn": turn,
+        "split": "train",
+        "status": status,
+        "content": f"a{turn}",
+        "reasoning": f"r{turn}",
+        "finish_reason": "stop",
+        "prompt_token_ids": [1, 2],
+        "token_ids": [3, turn],
+        "prompt_tokens": 2,
+        "completion_tokens": 2,
+        "truncated": False,
+        "unfinished_thinking": False,
+        "finished_at": finished_at,
+    }
 
 
 def test_the_store_keeps_one_row_per_turn_and_readers_see_only_the_chosen_mode(tmp_path):
@@ -88,10 +110,18 @@ def test_the_drift_check_renders_only_the_turns_it_checks_and_skips_those_whose_
 
     # Conversation "c" lost its turn 0 (e.g. an error row was dropped): its turns 1 and 2 cannot be rebuilt.
     keys = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2), ("c", 1), ("c", 2)]
-    samples = pa.table({
-        "prompt_id": [k[0] for k in keys], "turn": pa.array([k[1] for k in keys], pa.int32()),
-        "status": ["ok"] * len(keys), "prompt_token_ids": [[1, 2]] * len(keys), "token_ids": [[5]] * len(keys),
-        "reasoning": ["r"] * len(keys), "content": [f"{p}{t}" for p, t in keys], "sampling": ["{}"] * len(keys)})
+    samples = pa.table(
+        {
+            "prompt_id": [k[0] for k in keys],
+            "turn": pa.array([k[1] for k in keys], pa.int32()),
+            "status": ["ok"] * len(keys),
+            "prompt_token_ids": [[1, 2]] * len(keys),
+            "token_ids": [[5]] * len(keys),
+            "reasoning": ["r"] * len(keys),
+            "content": [f"{p}{t}" for p, t in keys],
+            "sampling": ["{}"] * len(keys),
+        }
+    )
     rendered = []
 
     def render(context, reasoning, content, template_kwargs):
@@ -100,7 +130,7 @@ def test_the_drift_check_renders_only_the_turns_it_checks_and_skips_those_whose_
 
     for size in (3, 20):
         rendered.clear()
-        report = measure_drift(samples, {pid: CONVERSATION for pid in "abc"}, render, sample_size=size)
+        report = measure_drift(samples, dict.fromkeys("abc", CONVERSATION), render, sample_size=size)
         assert report.checked == len(rendered) == min(size, 6)  # c's two turns are never rendered
         assert report.prompt_mismatches == report.completion_mismatches == 0
     # The earlier answers in a rebuilt context are that conversation's own stored ones.
@@ -120,18 +150,39 @@ def test_the_engine_asks_a_conversations_turns_in_order_and_stops_at_a_failed_tu
         last = messages[-1]["content"]
         if last == "fail":
             return httpx.Response(400, json={"error": "too long"})
-        return httpx.Response(200, json={
-            "model": "tiny", "prompt_token_ids": [1], "usage": {"prompt_tokens": 1, "completion_tokens": 1},
-            "choices": [{"message": {"reasoning": f"why {last}", "content": f"re {last}"}, "finish_reason": "stop",
-                         "token_ids": [7]}]})
+        return httpx.Response(
+            200,
+            json={
+                "model": "tiny",
+                "prompt_token_ids": [1],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                "choices": [
+                    {
+                        "message": {"reasoning": f"why {last}", "content": f"re {last}"},
+                        "finish_reason": "stop",
+                        "token_ids": [7],
+                    }
+                ],
+            },
+        )
 
-    failing = [{"role": "user", "content": "x0"}, {"role": "assistant", "content": "d"},
-               {"role": "user", "content": "fail"}, {"role": "assistant", "content": "d"},
-               {"role": "user", "content": "never"}]
-    conversations = [Conversation("c", CONVERSATION, "train", 1, [Answer("stored 0", "r")]),
-                     Conversation("f", failing, "train", 0)]
-    engine = CaptureEngine(["http://a/v1"], Sampling(max_tokens=8), ClientSettings(concurrency=2, max_retries=0),
-                           transport=httpx.MockTransport(server))
+    failing = [
+        {"role": "user", "content": "x0"},
+        {"role": "assistant", "content": "d"},
+        {"role": "user", "content": "fail"},
+        {"role": "assistant", "content": "d"},
+        {"role": "user", "content": "never"},
+    ]
+    conversations = [
+        Conversation("c", CONVERSATION, "train", 1, [Answer("stored 0", "r")]),
+        Conversation("f", failing, "train", 0),
+    ]
+    engine = CaptureEngine(
+        ["http://a/v1"],
+        Sampling(max_tokens=8),
+        ClientSettings(concurrency=2, max_retries=0),
+        transport=httpx.MockTransport(server),
+    )
     rows: list[dict] = []
     asyncio.run(engine.run(conversations, rows.append, Progress(total=5)))
     by_key = {(r["prompt_id"], r["turn"]): r for r in rows}
@@ -139,6 +190,11 @@ def test_the_engine_asks_a_conversations_turns_in_order_and_stops_at_a_failed_tu
     assert by_key["f", 1]["status"] == "error"
     [turn_2] = [m for m in asked if m[-1]["content"] == "u2"]
     assert [(m["role"], m["content"]) for m in turn_2] == [
-        ("system", "Be brief."), ("user", "u0"), ("assistant", "stored 0"), ("user", "u1"),
-        ("assistant", "re u1"), ("user", "u2")]
+        ("system", "Be brief."),
+        ("user", "u0"),
+        ("assistant", "stored 0"),
+        ("user", "u1"),
+        ("assistant", "re u1"),
+        ("user", "u2"),
+    ]
     assert turn_2[4]["reasoning"] == "why u1"

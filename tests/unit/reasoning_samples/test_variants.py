@@ -38,11 +38,14 @@ def test_a_variant_changes_only_what_it_names_and_names_itself_in_the_row_json()
     assert "variant" not in json.loads(base.as_json())  # rows without variants keep their JSON
 
 
-@pytest.mark.parametrize("variants, words", [
-    ([SamplingVariant("a", 0.5)], "sum to 1"),
-    ([SamplingVariant("a", 0.5), SamplingVariant("a", 0.5)], "own non-empty name"),
-    ([SamplingVariant("a", 1.0), SamplingVariant("b", 0.0)], "must be > 0"),
-])
+@pytest.mark.parametrize(
+    "variants, words",
+    [
+        ([SamplingVariant("a", 0.5)], "sum to 1"),
+        ([SamplingVariant("a", 0.5), SamplingVariant("a", 0.5)], "own non-empty name"),
+        ([SamplingVariant("a", 1.0), SamplingVariant("b", 0.0)], "must be > 0"),
+    ],
+)
 def test_bad_variants_are_refused_naming_the_field_and_the_fix(variants, words):
     with pytest.raises(VariantsError, match="sampling_variants") as err:
         validate_variants(variants)
@@ -54,10 +57,16 @@ def test_the_launchpad_config_refuses_shares_that_do_not_sum_to_one():
 
     from eagle_assets.reasoning_samples.asset import ReasoningSamplesConfig
 
-    config = ReasoningSamplesConfig(sampling_variants=[
-        {"name": "thinking", "share": 0.75}, {"name": "instant", "share": 0.25,
-                                              "chat_template_kwargs": {"enable_thinking": False}}])
-    assert config.variants() == [THINKING, SamplingVariant("instant", 0.25, chat_template_kwargs={"enable_thinking": False})]
+    config = ReasoningSamplesConfig(
+        sampling_variants=[
+            {"name": "thinking", "share": 0.75},
+            {"name": "instant", "share": 0.25, "chat_template_kwargs": {"enable_thinking": False}},
+        ]
+    )
+    assert config.variants() == [
+        THINKING,
+        SamplingVariant("instant", 0.25, chat_template_kwargs={"enable_thinking": False}),
+    ]
     with pytest.raises(ValidationError, match="shares must sum to 1"):
         ReasoningSamplesConfig(sampling_variants=[{"name": "thinking", "share": 0.5}])
 
@@ -72,9 +81,14 @@ def test_recorded_variants_read_back_and_an_empty_list_removes_the_record(tmp_pa
 def test_evaluation_requests_keep_the_variants_switches_but_decode_greedily():
     from eagle_assets.eagle3_eval.evaluate import greedy_request
 
-    request = PromptRequest("p1", [{"role": "user", "content": "hi"}], "heldout",
-                            SamplingVariant("hot", 1.0, temperature=1.0, chat_template_kwargs={"enable_thinking": False})
-                            .sampling(Sampling(seed=3)))
+    request = PromptRequest(
+        "p1",
+        [{"role": "user", "content": "hi"}],
+        "heldout",
+        SamplingVariant("hot", 1.0, temperature=1.0, chat_template_kwargs={"enable_thinking": False}).sampling(
+            Sampling(seed=3)
+        ),
+    )
     greedy = greedy_request(request, max_tokens=64).sampling
     assert (greedy.temperature, greedy.top_p, greedy.max_tokens, greedy.seed) == (0.0, 1.0, 64, None)
     assert greedy.chat_template_kwargs == {"enable_thinking": False} and greedy.variant == "hot"
@@ -87,10 +101,17 @@ def test_a_reply_the_local_template_cannot_render_is_a_completion_mismatch_not_a
 
     from eagle_assets.token_sequences.build import measure_drift
 
-    samples = pa.table({
-        "prompt_id": ["a", "b"], "status": ["ok", "ok"], "prompt_token_ids": [[1, 2], [1, 3]],
-        "token_ids": [[5, 6], [7, 8]], "reasoning": [None, "thought"], "content": ["x", "y"],
-        "sampling": [json.dumps({"chat_template_kwargs": {"enable_thinking": False}})] * 2})
+    samples = pa.table(
+        {
+            "prompt_id": ["a", "b"],
+            "status": ["ok", "ok"],
+            "prompt_token_ids": [[1, 2], [1, 3]],
+            "token_ids": [[5, 6], [7, 8]],
+            "reasoning": [None, "thought"],
+            "content": ["x", "y"],
+            "sampling": [json.dumps({"chat_template_kwargs": {"enable_thinking": False}})] * 2,
+        }
+    )
     messages = {"a": [{"role": "user", "content": "A"}], "b": [{"role": "user", "content": "B"}]}
     seen = []
 

@@ -64,21 +64,24 @@ def test_hosts_sharing_a_state_dir_keep_their_own_state_on_the_same_port(tmp_pat
     """Two machines, one state folder (NFS), one port: a serve() here must neither take over nor, as its
     last user, remove the state of the server the other machine launched."""
     monkeypatch.setattr(VLLMServer, "command", lambda self, model: FAKE_VLLM)
-    server = VLLMServer(model="/models/m", port=free_port(), state_dir=str(tmp_path), startup_timeout_s=1,
-                        stop_grace_s=5)
+    server = VLLMServer(
+        model="/models/m", port=free_port(), state_dir=str(tmp_path), startup_timeout_s=1, stop_grace_s=5
+    )
     with monkeypatch.context() as elsewhere:
         elsewhere.setattr(server_state, "this_host", lambda: "other-host")
-        with pytest.raises(VLLMServerError, match="not ready"):
-            with server.model_copy(update={"keep_alive": True}).serve(log=Lines()):
-                pass
+        with (
+            pytest.raises(VLLMServerError, match="not ready"),
+            server.model_copy(update={"keep_alive": True}).serve(log=Lines()),
+        ):
+            pass
     [theirs] = tmp_path.glob("*.json")
     their_pid = json.loads(theirs.read_text())["pid"]
     os.killpg(their_pid, signal.SIGKILL)  # its pid means nothing on this host
-    with pytest.raises(VLLMServerError, match="not ready"):
-        with server.serve(log=Lines()):
-            pass
+    with pytest.raises(VLLMServerError, match="not ready"), server.serve(log=Lines()):
+        pass
     assert json.loads(theirs.read_text())["pid"] == their_pid
     assert list(tmp_path.glob("*.json")) == [theirs]  # ours was removed by its last user
+
 
 def test_a_state_file_without_a_host_is_this_hosts(tmp_path):
     """Files written before hosts were recorded: their dead server is forgotten as before."""
@@ -98,8 +101,9 @@ def test_idle_time_never_predates_the_servers_start(tmp_path, live_server):
     """A last heartbeat left by an earlier server on the same port: the new server, started a minute
     ago with a 10-minute grace, is idle for a minute, not since that heartbeat, and is not stopped."""
     started = time.time() - 60
-    mine = write_state(tmp_path, "127.0.0.1-8000", live_server.pid, this_host(), started_at=started,
-                       idle_stop_after_s=600)
+    mine = write_state(
+        tmp_path, "127.0.0.1-8000", live_server.pid, this_host(), started_at=started, idle_stop_after_s=600
+    )
     users = mine.with_suffix(".users")
     users.mkdir()
     note_last_seen(users, started - 3600)

@@ -56,41 +56,48 @@ def test_a_port_taken_by_another_process_is_a_clear_error(tmp_path):
         squatter.listen()
         port = squatter.getsockname()[1]
         server = VLLMServer(model="/models/m", port=port, state_dir=str(tmp_path))
-        with pytest.raises(VLLMServerError, match=f"port {port} .* already in use by another process"):
-            with server.serve(log=Lines()):
-                pass
+        with (
+            pytest.raises(VLLMServerError, match=rf"port {port} .* already in use by another process"),
+            server.serve(log=Lines()),
+        ):
+            pass
 
 
 def test_external_mode_names_the_unreachable_url_after_its_timeout():
     url = f"http://127.0.0.1:{free_port()}/v1"
     server = VLLMServer(mode="external", base_urls=[url], startup_timeout_s=2)
-    with pytest.raises(VLLMServerError, match=f"not ready after 2s .*{url}"):
-        with server.serve(log=Lines()):
-            pass
+    with pytest.raises(VLLMServerError, match=f"not ready after 2s .*{url}"), server.serve(log=Lines()):
+        pass
 
 
 def test_modes_without_their_settings_are_refused():
-    with pytest.raises(VLLMServerError, match="needs base_urls"):
-        with VLLMServer(mode="external").serve(log=Lines()):
-            pass
-    with pytest.raises(VLLMServerError, match="needs systemd_unit"):
-        with VLLMServer(mode="systemd").serve(log=Lines()):
-            pass
+    with pytest.raises(VLLMServerError, match="needs base_urls"), VLLMServer(mode="external").serve(log=Lines()):
+        pass
+    with pytest.raises(VLLMServerError, match="needs systemd_unit"), VLLMServer(mode="systemd").serve(log=Lines()):
+        pass
 
 
 @pytest.mark.skipif(shutil.which("systemctl") is None, reason="needs systemctl")
 def test_systemd_mode_reports_a_unit_that_cannot_start():
     server = VLLMServer(mode="systemd", systemd_unit="eagle-assets-no-such-unit.service", startup_timeout_s=5)
-    with pytest.raises(VLLMServerError, match="systemctl start eagle-assets-no-such-unit.service` failed"):
-        with server.serve(log=Lines()):
-            pass
+    with (
+        pytest.raises(VLLMServerError, match=r"systemctl start eagle-assets-no-such-unit.service` failed"),
+        server.serve(log=Lines()),
+    ):
+        pass
 
 
 def test_stop_escalates_to_sigkill_when_sigterm_is_ignored():
     stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-         "print('up', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('up', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     assert stubborn.stdout.readline().strip() == "up"
     log = Lines()
@@ -106,8 +113,9 @@ def test_a_failure_before_the_readiness_wait_still_leaves_the_server(tmp_path, m
 
     def launch(launch, files, log):
         launched.append(fake_vllm())
-        files.state.write_text(json.dumps({"pid": launched[0].pid, "fingerprint": launch.fingerprint,
-                                           "argv": launch.argv}))
+        files.state.write_text(
+            json.dumps({"pid": launched[0].pid, "fingerprint": launch.fingerprint, "argv": launch.argv})
+        )
         return launched[0]
 
     class BrokenFollower(LogFollower):
@@ -120,9 +128,8 @@ def test_a_failure_before_the_readiness_wait_still_leaves_the_server(tmp_path, m
     # Other tests' servers (the session's shared one) keep their own user heartbeats running.
     before = {thread for thread in threading.enumerate() if thread.name.startswith("vllm-user:")}
     try:
-        with pytest.raises(OSError, match="log follower failed to start"):
-            with server.serve(log=Lines()):
-                pass
+        with pytest.raises(OSError, match="log follower failed to start"), server.serve(log=Lines()):
+            pass
         assert launched[0].poll() is not None  # stopped by its last (only) user
         assert not {thread for thread in threading.enumerate() if thread.name.startswith("vllm-user:")} - before
         assert not [marker for users in tmp_path.glob("*.users") for marker in users.glob("*-*")]

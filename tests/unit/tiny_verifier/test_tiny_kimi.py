@@ -46,12 +46,20 @@ def test_chat_markup_is_kimis(tokenizer):
     for tag in ("<think>", "</think>"):
         assert len(tokenizer.encode(tag, add_special_tokens=False)) == 1
     prompt = tokenizer.apply_chat_template(
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-         {"role": "assistant", "content": "Hello.", "reasoning_content": "greet"}, *QUESTION],
-        add_generation_prompt=True, tokenize=False)
-    assert prompt == ("<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
-                      "<|im_assistant|>assistant<|im_middle|><think></think>Hello.<|im_end|>"
-                      "<|im_user|>user<|im_middle|>What is 468 + 275?<|im_end|><|im_assistant|>assistant<|im_middle|><think>")
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello.", "reasoning_content": "greet"},
+            *QUESTION,
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert prompt == (
+        "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think>Hello.<|im_end|>"
+        "<|im_user|>user<|im_middle|>What is 468 + 275?<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
+    )
     for switch in ({"thinking": False}, {"enable_thinking": False}):
         closed = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False, **switch)
         assert closed.endswith("<|im_assistant|>assistant<|im_middle|><think></think>")

@@ -1,9 +1,9 @@
-"""The embedded tiny verifier: tokenizer, chat template, trained behaviour, and the build cache."""
+"""The embedded tiny verifier: tokenizer, chat template, trained behaviour, and the build cache (its
+concurrent builds: tests/integration/tiny_verifier/test_cache.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 
 import pytest
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -57,7 +57,9 @@ def test_chat_template_renders_thinking(tokenizer):
     assert "2 + 3 = 5." not in prompt
     assert prompt.endswith("<|im_start|>user\nAnd 4 + 4?<|im_end|>\n<|im_start|>assistant\n<think>\n")
 
-    no_think = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    no_think = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, enable_thinking=False
+    )
     assert no_think.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
     # A final assistant turn (a training row) keeps its reasoning, from either field name or inline tags.
@@ -72,8 +74,12 @@ def test_chat_template_renders_thinking(tokenizer):
 
 def _held_out_problem() -> Problem:
     """A problem whose question never occurs in the training conversations."""
-    trained = {conv.messages[-1]["content"] for conv in make_conversations(
-        DEFAULT_RECIPE.train_steps * DEFAULT_RECIPE.batch_size, DEFAULT_RECIPE.seed + 2, DEFAULT_RECIPE)}
+    trained = {
+        conv.messages[-1]["content"]
+        for conv in make_conversations(
+            DEFAULT_RECIPE.train_steps * DEFAULT_RECIPE.batch_size, DEFAULT_RECIPE.seed + 2, DEFAULT_RECIPE
+        )
+    }
     problem = Problem(468, "+", 275, "What is 468 + 275?")
     assert problem.question not in trained
     return problem
@@ -84,11 +90,14 @@ def test_model_writes_thinking_then_answer(tiny_verifier, tokenizer):
     assert "lm_head.weight" in model.state_dict() and "model.embed_tokens.weight" in model.state_dict()
     problem = _held_out_problem()
     inputs = tokenizer.apply_chat_template(
-        [{"role": "user", "content": problem.question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        [{"role": "user", "content": problem.question}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
     )
     out = model.generate(**inputs, max_new_tokens=200, do_sample=False)
-    completion = tokenizer.decode(out[0, inputs["input_ids"].shape[1]:])
-    thinking, answer = worked_solution(problem)
+    completion = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :])
+    thinking, _answer = worked_solution(problem)
     assert completion.startswith(thinking.split("\n")[0])  # the worked style's first line
     assert "\n</think>\n\nThe answer is " in completion
     assert completion.endswith("<|im_end|>")
@@ -100,31 +109,6 @@ def test_second_call_reuses_the_cache(tiny_verifier):
     assert again == tiny_verifier
     assert lines == []  # nothing was built
     assert again.name == recipe_hash(DEFAULT_RECIPE)
-
-
-def _build_quick(cache_dir: str, log_file: str) -> str:
-    with open(log_file, "a") as fh:
-        return str(cached_tiny_verifier(cache_dir, QUICK_RECIPE, log=lambda line: fh.write(line + "\n")))
-
-
-def test_concurrent_callers_build_once(tmp_path):
-    log_file = tmp_path / "log.txt"
-    with multiprocessing.get_context("spawn").Pool(3) as pool:
-        paths = pool.starmap(_build_quick, [(str(tmp_path / "cache"), str(log_file))] * 3)
-    assert len(set(paths)) == 1
-    assert log_file.read_text().count("building the tiny verifier") == 1
-    folder = tmp_path / "cache" / "tiny-verifier"
-    assert not list(folder.glob(".*.tmp"))  # no temporary build folder left behind
-    assert AutoConfig.from_pretrained(paths[0]).model_type == "qwen3"
-
-
-def test_a_killed_build_leaves_nothing_behind(tmp_path):
-    folder = tmp_path / "cache" / "tiny-verifier"
-    abandoned = folder / ".0123456789abcdef.x1y2z3.tmp"  # another recipe's build, killed mid-way
-    abandoned.mkdir(parents=True)
-    (abandoned / "model.safetensors").write_bytes(b"half written")
-    cached_tiny_verifier(tmp_path / "cache", QUICK_RECIPE, log=lambda line: None)
-    assert not abandoned.exists()
 
 
 def test_recipe_change_changes_the_key():

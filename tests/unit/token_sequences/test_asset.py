@@ -28,15 +28,19 @@ def upstream(storage_root, tiny_verifier):
     rows.append(sample_row(prompts[11], tokenizer, truncated=True, finish_reason="length"))
     write_samples(storage_root, rows)
     full = [sample_row(p, tokenizer) for p in prompts]
-    return {"prompts": {p["prompt_id"]: p for p in prompts}, "samples": {r["prompt_id"]: r for r in rows},
-            "lengths": {r["prompt_id"]: len(r["prompt_token_ids"]) + len(r["token_ids"]) for r in full},
-            "tokenizer": tokenizer}
+    return {
+        "prompts": {p["prompt_id"]: p for p in prompts},
+        "samples": {r["prompt_id"]: r for r in rows},
+        "lengths": {r["prompt_id"]: len(r["prompt_token_ids"]) + len(r["token_ids"]) for r in full},
+        "tokenizer": tokenizer,
+    }
 
 
 def materialize(storage_root, verifier, config=None, with_check=True):
     built = family.build(source_partitions())
     return dg.materialize(
-        built["assets"] + (built["checks"] if with_check else []), partition_key=PARTITION,
+        built["assets"] + (built["checks"] if with_check else []),
+        partition_key=PARTITION,
         resources={"storage": storage_root, "verifier": verifier},
         run_config={"ops": {"token_sequences": {"config": config}}} if config else None,
         raise_on_error=False,
@@ -78,9 +82,17 @@ def test_masks_cover_exactly_the_completion(storage_root, tiny_verifier, upstrea
 
 def test_policies_drop_a_quality_class_and_cut_overlong_rows(storage_root, tiny_verifier, upstream):
     limit = sorted(upstream["lengths"].values())[6]  # the median row: some rows are cut, some are not
-    result = materialize(storage_root, Verifier(model_path=str(tiny_verifier)),
-                         {"quality_policy": {"truncated": "drop"}, "max_length": limit, "overlength_policy": "truncate",
-                          "splits": ["train", "validation", "heldout"]}, with_check=False)
+    result = materialize(
+        storage_root,
+        Verifier(model_path=str(tiny_verifier)),
+        {
+            "quality_policy": {"truncated": "drop"},
+            "max_length": limit,
+            "overlength_policy": "truncate",
+            "splits": ["train", "validation", "heldout"],
+        },
+        with_check=False,
+    )
     assert result.success
     table = sequences(storage_root)
     assert max(table["seq_len"].to_pylist()) <= limit
@@ -100,7 +112,9 @@ def test_drift_check_catches_a_changed_template(storage_root, tiny_verifier, ups
     shutil.copytree(tiny_verifier, changed)
     template = changed / "chat_template.jinja"
     # A one-character change in how turns open: every prompt now tokenizes differently.
-    template.write_text(template.read_text().replace("'<|im_start|>' + message.role + '\\n'", "'<|im_start|>' + message.role + ':\\n'"))
+    template.write_text(
+        template.read_text().replace("'<|im_start|>' + message.role + '\\n'", "'<|im_start|>' + message.role + ':\\n'")
+    )
     result = materialize(storage_root, Verifier(model_path=str(changed)))
     assert result.success  # the asset still writes its rows; the check is what flags them
     [check] = result.get_asset_check_evaluations()
