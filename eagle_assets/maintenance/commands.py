@@ -7,10 +7,26 @@ should not wait seconds for Dagster, pyarrow and the stages to load.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import typer
+
+
+def _configured_instance(stack: contextlib.ExitStack):
+    """The Dagster instance of $DAGSTER_HOME, or None when it is unset or names no folder (said on stderr:
+    the checks that need the instance's record are then skipped, not failed)."""
+    import dagster as dg
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return None
+    if not Path(home).is_dir():
+        typer.echo(f"note: $DAGSTER_HOME {home} is not a folder: no Dagster instance is read", err=True)
+        return None
+    return stack.enter_context(dg.DagsterInstance.get())
 
 
 def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
@@ -95,16 +111,11 @@ def lineage_verify(
     """Check lineage.json against its sha256 (lineage.sha256, and the checkpoint's materialization in the
     Dagster instance when $DAGSTER_HOME is set), the checkpoint's content hash, and every artifact's hash;
     exit 1 naming each one that changed or vanished."""
-    import contextlib
-    import os
-
-    import dagster as dg
-
     from eagle_assets.lineage.record import LineageError
     from eagle_assets.lineage.verify import verify_lineage
 
     with contextlib.ExitStack() as stack:
-        instance = stack.enter_context(dg.DagsterInstance.get()) if os.environ.get("DAGSTER_HOME") else None
+        instance = _configured_instance(stack)
         try:
             result = verify_lineage(checkpoint, root, instance)
         except LineageError as exc:
@@ -132,17 +143,12 @@ def checkpoints(
 ) -> None:
     """List the kept checkpoints side by side: training run, recipe, upstream data versions, τ per evaluated
     prompt set and lineage status. eagle3_eval evaluates any of them (launchpad `checkpoint`: its name)."""
-    import contextlib
-    import os
-
-    import dagster as dg
-
     from eagle_assets.maintenance.checkpoints import as_json as entries_json
     from eagle_assets.maintenance.checkpoints import list_checkpoints, report_lines
     from eagle_assets.resources.storage import default_root
 
     with contextlib.ExitStack() as stack:
-        instance = stack.enter_context(dg.DagsterInstance.get()) if os.environ.get("DAGSTER_HOME") else None
+        instance = _configured_instance(stack)
         entries = list_checkpoints(root or default_root(), instance, verify)
     lines = [json.dumps(entries_json(entries), indent=2)] if as_json else report_lines(entries)
     for line in lines:
@@ -167,8 +173,6 @@ def gc(
     Dagster instance ($DAGSTER_HOME) nor a kept checkpoint's lineage.json references. Reconciles the
     instance first, as every run does (dead runs of this host failed, their slots freed; idle managed
     vLLM servers stopped)."""
-    import os
-
     import dagster as dg
 
     from eagle_assets.core.units import human_bytes
