@@ -75,7 +75,7 @@ def vllm_server(vllm_server_config):
     server = InBackground(
         "vllm-server",
         vllm_server_config.serve,
-        abort=lambda: stop_server(vllm_server_config.port, vllm_server_config.state_dir),
+        on_abort=lambda: stop_server(vllm_server_config.port, vllm_server_config.state_dir),
     )
     yield server
     server.close()
@@ -115,7 +115,9 @@ def kimi_server(kimi_server_config):
     from tests.helpers.background import InBackground
     from tests.helpers.runs import stop_server
 
-    server = InBackground("kimi-server", kimi_server_config.serve, abort=lambda: stop_server(kimi_server_config.port))
+    server = InBackground(
+        "kimi-server", kimi_server_config.serve, on_abort=lambda: stop_server(kimi_server_config.port)
+    )
     yield server
     server.close()
 
@@ -148,7 +150,7 @@ def dagster_ui(dagster_ui_server):
 def demo_run(tmp_path_factory):
     """tiny-qwen3's demo after a SIGKILLed one (tests/helpers/demo.py), run in the background; tests read it
     through tests/e2e/conftest.py's ``demo``."""
-    from tests.helpers.background import InBackground
+    from tests.helpers.background import HEAVY, InBackground
     from tests.helpers.demo import demo_after_a_killed_one, stop_demos
     from tests.helpers.ports import free_port
 
@@ -156,7 +158,8 @@ def demo_run(tmp_path_factory):
     run = InBackground(
         "demo tiny-qwen3",
         lambda: demo_after_a_killed_one(base, "tiny-qwen3", port, started),
-        abort=lambda: stop_demos(started, port),
+        on_abort=lambda: stop_demos(started, port),
+        gate=HEAVY,
     )
     yield run
     run.close()
@@ -168,23 +171,72 @@ def kimi_demo_run(tmp_path_factory, kimi_server_config, kimi_server):
     ready: its capture attaches to that server (served as the demo serves it, on the port given to the
     demo) instead of starting another; its speculating server is its own. Tests read it through
     tests/e2e/conftest.py's ``kimi_demo``."""
-    from tests.helpers.background import InBackground
+    from tests.helpers.background import HEAVY, InBackground
     from tests.helpers.demo import completed_demo, stop_demos
 
     base, started = tmp_path_factory.mktemp("demo-tiny-kimi"), []
 
-    def attached_demo():
-        kimi_server.value()
-        return completed_demo(base, "tiny-kimi", kimi_server_config.port, started)
+    # On abort, the demo's speculating server is stopped; the capture server is the session's.
+    run = InBackground(
+        "demo tiny-kimi",
+        lambda: completed_demo(base, "tiny-kimi", kimi_server_config.port, started),
+        on_abort=lambda: stop_demos(started, kimi_server_config.port + 1),
+        after=kimi_server.value,
+        gate=HEAVY,
+    )
+    yield run
+    run.close()
 
-    # Stopping the demo's speculating server only: the capture server is the session's.
-    run = InBackground("demo tiny-kimi", attached_demo, abort=lambda: stop_demos(started, kimi_server_config.port + 1))
+
+@pytest.fixture(scope="session")
+def second_training_run(tmp_path_factory, demo_run):
+    """The evaluation tests' second training run beside the demo's (tests/helpers/demo.py), trained and
+    evaluated in the background as soon as the demo has ended; tests/e2e/test_evaluation.py reads it."""
+    from tests.helpers.background import HEAVY, InBackground
+    from tests.helpers.demo import trained_beside
+    from tests.helpers.processes import kill_group
+
+    base, started = tmp_path_factory.mktemp("second-run"), []
+    run = InBackground(
+        "second training run",
+        lambda: trained_beside(demo_run.value(), base, started),
+        on_abort=lambda: [demo_run.abort(), *(kill_group(proc) for proc in started)],
+        after=demo_run.value,
+        gate=HEAVY,
+    )
+    yield run
+    run.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_extraction_run(tiny_verifier, tmp_path_factory):
+    """A vLLM extraction killed and resumed (tests/helpers/features.py), run in the background; tests read it
+    through tests/integration/hidden_states/test_vllm_extraction.py's ``killed_then_resumed``."""
+    from tests.helpers.background import HEAVY, InBackground
+    from tests.helpers.features import vllm_extraction_killed_then_resumed
+    from tests.helpers.processes import kill_group
+
+    base, started = tmp_path_factory.mktemp("vllm-extraction"), []
+    run = InBackground(
+        "vllm extraction",
+        lambda: vllm_extraction_killed_then_resumed(base, tiny_verifier, started),
+        on_abort=lambda: [kill_group(proc) for proc in started],
+        gate=HEAVY,
+    )
     yield run
     run.close()
 
 
 # Started at the run's first test when a test of the run needs them, longest first.
-STARTED_EARLY = ("kimi_demo_run", "demo_run", "kimi_server", "vllm_server", "dagster_ui_server")
+STARTED_EARLY = (
+    "kimi_demo_run",
+    "demo_run",
+    "second_training_run",
+    "vllm_extraction_run",
+    "kimi_server",
+    "vllm_server",
+    "dagster_ui_server",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.demo import SECOND_RECIPE, SECOND_RUN
+
 # Two named training runs with different recipes on the same data: the demo's own (its recipe, 5 epochs), and
 # a second one trained beside it on the demo's data for a single epoch (the default accuracy floor; one
-# epoch over the demo partition's 641 rows passes it), evaluated on 12 prompts per set.
-RECIPES = {"demo": {"epochs": 5}, "one-epoch": {"epochs": 1}}
+# epoch over the demo partition's 641 rows passes it), evaluated on 12 prompts per set (tests/helpers/demo.py).
+RECIPES = {"demo": {"epochs": 5}, SECOND_RUN: SECOND_RECIPE}
 HELDOUT, OOD = "heldout[demo]", "ood[demo_ood]"
-EVAL = {"max_prompts": 12, "max_tokens": 384, "min_acceptance_length": 1.0}
 
 
 def _metadata(materialization) -> dict:
@@ -21,31 +22,31 @@ def _metadata(materialization) -> dict:
 
 
 @pytest.fixture(scope="module")
-def evaluated(demo):
+def evaluated(demo, second_training_run):
     """The demo's instance and storage root (tests/e2e/conftest.py) with a second training run beside the
     demo's: RECIPES' second recipe trained on the demo's data, then ``eagle3_eval`` of it (its own
-    speculating server, on the port after the demo's) with ``EVAL``, both run in this process on the
-    demo's resources and recorded in the demo's instance ($DAGSTER_HOME, as the CLI reads it). Yields a
-    dict: that evaluation's ``meta`` and ``checks``, ``runs`` (run -> (checkpoint metadata, evaluation
-    metadata), the demo's run first), ``root``, ``instance``, ``defs``, ``resources``."""
+    speculating server, on the port after the demo's), run in a process of its own on the demo's
+    resources once the demo ended (tests/conftest.py starts it in the background) and recorded in the
+    demo's instance ($DAGSTER_HOME, as the CLI reads it). Yields a dict: that evaluation's ``meta`` and
+    ``checks``, ``runs`` (run -> (checkpoint metadata, evaluation metadata), the demo's run first),
+    ``root``, ``instance``, ``defs``, ``resources``."""
     import dagster as dg
 
-    from eagle_assets.core.partitions import add_training_run
-    from eagle_assets.demo.command import DEMO_OPS
     from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
     from eagle_assets.eagle3_eval import asset as eagle3_eval
     from eagle_assets.orchestration.partitions import source_partitions
-    from eagle_assets.orchestration.recovery import in_process_runs
     from eagle_assets.resources import StorageRoot
     from eagle_assets.resources.embedded import embedded_resources
 
+    outcome = second_training_run.value()
+    assert outcome["trained"]["success"]
+    assert outcome["evaluated"]["success"]
     built = [family.build(source_partitions()) for family in (eagle3_checkpoint, eagle3_eval)]
     defs = [d for b in built for d in (*b["assets"], *b.get("checks", []))]
     resources = {"storage": StorageRoot(root=str(demo.root)), **embedded_resources(demo.verifier, port=demo.port)}
-    ((run, recipe),) = [(run, recipe) for run, recipe in RECIPES.items() if run != "demo"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DAGSTER_HOME", str(demo.home))
-        with dg.DagsterInstance.get() as instance, in_process_runs(instance, by="test") as worker:
+        with dg.DagsterInstance.get() as instance:
 
             def latest(asset: str, partition: str):
                 records = instance.fetch_materializations(
@@ -59,46 +60,17 @@ def evaluated(demo):
                 latest(asset, "demo") for asset in ("prompts", "reasoning_samples", "token_sequences", "hidden_states")
             )
             assert latest("prompts", "demo_ood")
-            runs = {"demo": (_metadata(latest("eagle3_checkpoint", "demo")), _metadata(latest("eagle3_eval", "demo")))}
-            add_training_run(instance, run)
-            trained = dg.materialize(
-                defs,
-                selection=["eagle3_checkpoint"],
-                instance=instance,
-                resources=resources,
-                partition_key=run,
-                tags=worker,
-                run_config={
-                    "ops": {
-                        "eagle3_checkpoint": {
-                            "config": {
-                                **DEMO_OPS["eagle3_checkpoint"]["config"],
-                                **recipe,
-                                "min_val_accuracy": eagle3_checkpoint.MIN_VAL_ACCURACY,
-                            }
-                        }
-                    }
-                },
+            runs = {
+                run: (_metadata(latest("eagle3_checkpoint", run)), _metadata(latest("eagle3_eval", run)))
+                for run in RECIPES
+            }
+            evaluations = instance.all_logs(
+                outcome["evaluated"]["run_id"], of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
             )
-            assert trained.success
-            result = dg.materialize(
-                defs,
-                selection=dg.AssetSelection.assets("eagle3_eval"),
-                instance=instance,
-                resources=resources,
-                partition_key=run,
-                tags=worker,
-                run_config={"ops": {"eagle3_eval": {"config": EVAL}}},
-            )
-            assert result.success
-            [checkpoint], [evaluation] = (r.get_asset_materialization_events() for r in (trained, result))
-            runs[run] = (
-                _metadata(checkpoint.step_materialization_data.materialization),
-                _metadata(evaluation.step_materialization_data.materialization),
-            )
+            checks = {c.check_name: c for c in (e.dagster_event.event_specific_data for e in evaluations)}
             yield {
-                "meta": runs[run][1],
-                "checks": {c.check_name: c for c in result.get_asset_check_evaluations()},
+                "meta": runs[SECOND_RUN][1],
+                "checks": checks,
                 "runs": runs,
                 "root": demo.root,
                 "instance": instance,

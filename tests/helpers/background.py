@@ -12,33 +12,66 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+# The heavy resources (a demo, a vLLM extraction: several GB of memory each) run two at a time, so that a
+# test run's peak stays well inside a 24 GB host that other sessions share.
+HEAVY = threading.BoundedSemaphore(2)
+
+
+class Aborted(RuntimeError):
+    """The run ended before this resource was ready; nobody reads it."""
+
 
 class InBackground(Generic[T]):
     """``open()`` (a context manager) entered in a thread named ``name``, and left there on ``close()``.
     ``value()`` waits until it is entered and returns what it yielded, or raises what entering raised.
-    ``abort()`` makes a still unfinished entering fail soon (a run that ends early does not wait for a
-    demo nobody will read)."""
+    ``after()`` is waited for first (what this one needs ready), then a place in ``gate`` (``HEAVY``, for
+    the heavy ones). ``abort()`` (also called by ``close()``) makes a still unfinished entering fail soon
+    through the ``on_abort`` hook: a run that ends early does not wait for a demo nobody will read."""
 
     def __init__(
-        self, name: str, open: Callable[[], AbstractContextManager[T]], abort: Callable[[], None] | None = None
+        self,
+        name: str,
+        open: Callable[[], AbstractContextManager[T]],
+        on_abort: Callable[[], None] | None = None,
+        after: Callable[[], object] | None = None,
+        gate: threading.BoundedSemaphore | None = None,
     ):
-        self._open, self._abort = open, abort
-        self._entered, self._leave = threading.Event(), threading.Event()
+        self._open, self._on_abort, self._after, self._gate = open, on_abort, after, gate
+        self._entered, self._leave, self._aborted = threading.Event(), threading.Event(), threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def _enter(self):
+        if self._after is not None:
+            self._after()
+        if self._gate is not None:
+            while not self._gate.acquire(timeout=1):
+                if self._aborted.is_set():
+                    raise Aborted(f"{self._thread.name}: the run ended before it started")
+        try:
+            if self._aborted.is_set():
+                raise Aborted(f"{self._thread.name}: the run ended before it started")
+            context = self._open()
+            return context, context.__enter__()
+        finally:
+            if self._gate is not None:
+                self._gate.release()
+
     def _run(self) -> None:
         try:
-            with self._open() as value:
-                self._value = value
-                self._entered.set()
-                self._leave.wait()
-        except BaseException as exc:  # re-raised in the test that waits, or on close
+            context, self._value = self._enter()
+        except BaseException as exc:  # re-raised in the test that waits
             self._error = exc
-        finally:
             self._entered.set()
+            return
+        self._entered.set()
+        self._leave.wait()
+        try:
+            context.__exit__(None, None, None)
+        except BaseException as exc:  # re-raised on close
+            self._error = exc
 
     def value(self) -> T:
         self._entered.wait()
@@ -46,13 +79,18 @@ class InBackground(Generic[T]):
             raise self._error
         return self._value
 
+    def abort(self) -> None:
+        if not self._entered.is_set():
+            self._aborted.set()
+            if self._on_abort is not None:
+                self._on_abort()
+
     def close(self) -> None:
-        """Leave the context (a server stops, a demo's leftovers are cleaned up) and wait for it; what that
-        raised is raised here."""
+        """Leave the context (a server stops, a demo's leftovers are cleaned up) and wait for it, aborting it
+        first if it is still being entered; what leaving raised is raised here."""
         self._leave.set()
         while self._thread.is_alive():
-            if self._abort is not None and not self._entered.is_set():
-                self._abort()
+            self.abort()
             self._thread.join(timeout=10)
         if self._error is not None and self._value is not None:
             raise self._error

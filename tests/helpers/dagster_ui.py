@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from tests.helpers.ports import free_port
-from tests.helpers.processes import kill_group
+from tests.helpers.processes import kill_group, with_default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 300
@@ -47,17 +47,9 @@ def serve_ui(home: Path, data_root: Path) -> Iterator[str]:
     env = {**os.environ, "DAGSTER_HOME": str(home), "EAGLE_ASSETS_DATA": str(data_root)}
     port = free_port()
     with open(home / "dagster_dev.log", "w") as log:
+        dagster = str(Path(sys.executable).with_name("dagster"))
         proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("dagster")),
-                "dev",
-                "-w",
-                "workspace.yaml",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
+            with_default_signals([dagster, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]),
             cwd=REPO,
             env=env,
             stdout=log,

@@ -14,6 +14,9 @@ from tests.helpers.runs import BIN, KV_CACHE_GB, dagster_home, start, stop_serve
 
 FIRST_SAMPLES_TIMEOUT_S = 900
 DEMO_TIMEOUT_S = 3600
+# The demos run in the background, beside the tests (tests/conftest.py): at a lower priority, on what the
+# tests leave of the CPU.
+NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ def _environment(base: Path) -> dict[str, str]:
 def _complete(verifier: str, base: Path, port: int, env: dict[str, str], started: list) -> str:
     """Run the demo to its end; its stdout, asserting it succeeded."""
     out, err = base / "demo.stdout", base / "demo.stderr"
-    demo = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), out, stderr=err, **env)
+    demo = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), out, stderr=err, niceness=NICENESS, **env)
     started.append(demo)
     try:
         returncode = demo.wait(timeout=DEMO_TIMEOUT_S)
@@ -86,7 +89,7 @@ def demo_after_a_killed_one(base: Path, verifier: str, port: int, started: list)
 
     env = _environment(base)
     samples, killed_log = base / "data" / "reasoning_samples" / "demo", base / "killed.log"
-    killed = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), killed_log, **env)
+    killed = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), killed_log, niceness=NICENESS, **env)
     started.append(killed)
     try:
         wait_until(
@@ -99,3 +102,83 @@ def demo_after_a_killed_one(base: Path, verifier: str, port: int, started: list)
         yield Demo(verifier, output, env, port, killed_output=killed_log.read_text())
     finally:
         stop_server(port)
+
+
+# A second training run beside the demo's, in the demo's instance: its recipe's settings (the demo's recipe,
+# one epoch, the default accuracy floor) and its evaluation's (12 prompts per set).
+SECOND_RUN = "one-epoch"
+SECOND_RECIPE = {"epochs": 1}
+SECOND_EVAL = {"max_prompts": 12, "max_tokens": 384, "min_acceptance_length": 1.0}
+# argv: storage root, embedded verifier, the demo's port, training run, training config and eval config (JSON),
+# the JSON file for the two runs' ids and outcomes. DAGSTER_HOME is the demo's.
+_SECOND_RUN_SCRIPT = """
+import json, sys
+import dagster as dg
+from eagle_assets.core.partitions import add_training_run
+from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
+from eagle_assets.eagle3_eval import asset as eagle3_eval
+from eagle_assets.orchestration.partitions import source_partitions
+from eagle_assets.orchestration.recovery import in_process_runs
+from eagle_assets.resources import StorageRoot
+from eagle_assets.resources.embedded import embedded_resources
+if __name__ == "__main__":
+    root, verifier, port, run, train, evaluate, out = sys.argv[1:8]
+    built = [family.build(source_partitions()) for family in (eagle3_checkpoint, eagle3_eval)]
+    defs = [d for b in built for d in (*b["assets"], *b.get("checks", []))]
+    resources = {"storage": StorageRoot(root=root), **embedded_resources(verifier, port=int(port))}
+    outcome = {}
+    with dg.DagsterInstance.get() as instance, in_process_runs(instance, by="test") as worker:
+        add_training_run(instance, run)
+        steps = [("trained", "eagle3_checkpoint", ["eagle3_checkpoint"], train),
+                 ("evaluated", "eagle3_eval", dg.AssetSelection.assets("eagle3_eval"), evaluate)]
+        for step, op, selection, config in steps:
+            result = dg.materialize(defs, selection=selection, instance=instance, resources=resources,
+                                    partition_key=run, tags=worker, raise_on_error=False,
+                                    run_config={"ops": {op: {"config": json.loads(config)}}})
+            outcome[step] = {"success": result.success, "run_id": result.run_id}
+            if not result.success:
+                break
+    with open(out, "w") as fh:
+        json.dump(outcome, fh)
+"""
+
+
+def second_run_config() -> dict:
+    """The second run's training config: the demo's recipe with ``SECOND_RECIPE`` and the default accuracy
+    floor."""
+    from eagle_assets.demo.command import DEMO_OPS
+    from eagle_assets.eagle3_checkpoint.asset import MIN_VAL_ACCURACY
+
+    return {**DEMO_OPS["eagle3_checkpoint"]["config"], **SECOND_RECIPE, "min_val_accuracy": MIN_VAL_ACCURACY}
+
+
+@contextmanager
+def trained_beside(demo: Demo, base: Path, started: list) -> Iterator[dict]:
+    """``SECOND_RUN`` trained on the demo's data, then evaluated (its own speculating server, on the port after
+    the demo's) with ``SECOND_EVAL``, in a process of its own on the demo's resources and instance. Yields
+    {"trained": {"success", "run_id"}, "evaluated": {...}}; the process is appended to ``started``."""
+    import json
+    import sys
+
+    out, log = base / "second-run.json", base / "second-run.log"
+    argv = [
+        sys.executable,
+        "-c",
+        _SECOND_RUN_SCRIPT,
+        str(demo.root),
+        demo.verifier,
+        str(demo.port),
+        SECOND_RUN,
+        json.dumps(second_run_config()),
+        json.dumps(SECOND_EVAL),
+        str(out),
+    ]
+    env = {k: demo.env[k] for k in ("EAGLE_ASSETS_DATA", "VLLM_CPU_KVCACHE_SPACE")}
+    second = start(argv, demo.home, log, niceness=NICENESS, **env)
+    started.append(second)
+    try:
+        returncode = second.wait(timeout=DEMO_TIMEOUT_S)
+    finally:
+        kill_group(second)
+    assert returncode == 0, f"the second training run crashed:\n{log.read_text()[-4000:]}"
+    yield json.loads(out.read_text())

@@ -1,9 +1,12 @@
 """Hidden-state features for the tests: real token sequences of the tiny verifier, the real
-``hidden_states`` asset materialized over them and what that run left; random features of one shape
-for the training tests."""
+``hidden_states`` asset materialized over them and what that run left, a vLLM extraction killed and
+resumed; random features of one shape for the training tests."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -103,3 +106,96 @@ def copy_storage(src: Path, dst: Path) -> Path:
 
     shutil.copytree(src, dst, symlinks=True)
     return dst
+
+
+KILLED_VLLM_RUN = """
+import sys
+import dagster as dg
+from eagle_assets.hidden_states import asset as hidden_states
+from eagle_assets.orchestration.partitions import source_partitions
+from eagle_assets.resources import StorageRoot, Verifier
+if __name__ == "__main__":  # vLLM starts its engine core by spawn
+    dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
+                   resources={"storage": StorageRoot(root=sys.argv[1]),
+                              "verifier": Verifier(model_path=sys.argv[2], backend="vllm", device="cpu",
+                                                   batch_tokens=256)})
+"""
+# The asset run that completes it, with its checks; what it reports goes to the JSON file argv[4].
+RESUMED_VLLM_RUN = """
+import json, sys
+import dagster as dg
+from eagle_assets.hidden_states import asset as hidden_states
+from eagle_assets.orchestration.partitions import source_partitions
+from eagle_assets.resources import StorageRoot, Verifier
+if __name__ == "__main__":
+    built = hidden_states.build(source_partitions())
+    result = dg.materialize(built["assets"] + built["checks"], partition_key=sys.argv[3], raise_on_error=False,
+                            resources={"storage": StorageRoot(root=sys.argv[1]),
+                                       "verifier": Verifier(model_path=sys.argv[2], backend="vllm", device="cpu",
+                                                            batch_tokens=256)})
+    mats = result.asset_materializations_for_node("hidden_states")
+    metadata = {k: v.value for mat in mats for k, v in mat.metadata.items()}
+    with open(sys.argv[4], "w") as out:
+        json.dump({"success": result.success, "metadata": metadata}, out, default=str)
+"""
+ENGINE_TIMEOUT_S = 900
+
+
+@contextmanager
+def vllm_extraction_killed_then_resumed(base: Path, tiny_verifier, started: list) -> Iterator[dict]:
+    """A vLLM extraction of 40 demo prompts' sequences SIGKILLed (its whole process group, engine core
+    included) once a few files are in place, then the asset run that completes it (with backend ``vllm``,
+    in a process of its own). Yields the storage root resource, the token sequences, the files finished
+    before the kill (name -> mtime), and the completing run's ``success`` and ``metadata``. Both processes
+    are appended to ``started``."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from eagle_assets.hidden_states.files import check_sample, load_sample
+    from eagle_assets.resources import StorageRoot
+    from tests.helpers.processes import kill_group
+
+    storage = StorageRoot(root=str(base / "data"))
+    sequences = write_token_sequences(storage, tiny_verifier, prompts=40, steps=30)
+    tensors = folder(storage) / "tensors"
+    log = base / "killed-run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_VLLM_RUN, storage.root, str(tiny_verifier), PARTITION],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    started.append(proc)
+    try:
+        deadline = time.monotonic() + ENGINE_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if tensors.exists() and len(list(tensors.glob("*.safetensors"))) >= 3:
+                break
+            time.sleep(0.005)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill: {log.read_text()[-3000:]}"
+    finished = sorted(tensors.glob("*.safetensors"))
+    before = {p.name: p.stat().st_mtime_ns for p in finished}
+    for path in finished:  # whatever carries a final name is whole
+        sample = load_sample(path)
+        check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
+    report, resume_log = base / "resumed.json", base / "resumed-run.log"
+    with open(resume_log, "wb") as out:
+        resumed = subprocess.Popen(
+            [sys.executable, "-c", RESUMED_VLLM_RUN, storage.root, str(tiny_verifier), PARTITION, str(report)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    started.append(resumed)
+    try:
+        returncode = resumed.wait(timeout=ENGINE_TIMEOUT_S)
+    finally:
+        kill_group(resumed)
+    assert returncode == 0, f"the completing run crashed: {resume_log.read_text()[-3000:]}"
+    completed = json.loads(report.read_text())
+    yield {"storage": storage, "sequences": sequences, "finished_before": before, **completed}

@@ -39,6 +39,19 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, grace_s: float
     proc.wait()
 
 
+def with_default_signals(argv: list[str]) -> list[str]:
+    """``argv`` run with SIGINT and SIGTERM at their defaults. A child inherits the signals its parent
+    ignores: a test run started in the background ignores SIGINT, and Dagster maps SIGTERM to SIGINT's
+    handler, so `dagster dev` would outlive the SIGTERM that stops it."""
+    reset = (
+        "import os, signal, sys\n"
+        "for name in ('SIGINT', 'SIGTERM', 'SIGPIPE', 'SIGXFSZ'):\n"
+        "    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", reset, *argv]
+
+
 # A process that pid_is_vllm takes for a vLLM server (its argv names the module); it serves nothing.
 FAKE_VLLM = [sys.executable, "-c", "import time; time.sleep(120)", VLLM_MODULE]
 

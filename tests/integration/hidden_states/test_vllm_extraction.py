@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from eagle_assets.backends import ExtractionRequest
-from eagle_assets.hidden_states.files import check_sample, load_sample
+from eagle_assets.hidden_states.files import load_sample
 from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
-from eagle_assets.resources import StorageRoot
-from tests.helpers.features import folder, materialize_hidden_states, metadata, verifier_for, write_token_sequences
-from tests.helpers.upstream import PARTITION
+from tests.helpers.features import folder
 
 # The same computation by two implementations (vLLM's kernels in bf16, transformers in fp32, both
 # stored as bf16): per captured layer, the mean cosine over tokens and the worst token's (bf16
@@ -33,19 +27,6 @@ from tests.helpers.upstream import PARTITION
 MIN_MEAN_COSINE = 0.999
 MIN_TOKEN_COSINE = 0.995
 ENGINE_TIMEOUT_S = 900
-
-KILLED_RUN = """
-import sys
-import dagster as dg
-from eagle_assets.hidden_states import asset as hidden_states
-from eagle_assets.orchestration.partitions import source_partitions
-from eagle_assets.resources import StorageRoot, Verifier
-if __name__ == "__main__":  # vLLM starts its engine core by spawn
-    dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
-                   resources={"storage": StorageRoot(root=sys.argv[1]),
-                              "verifier": Verifier(model_path=sys.argv[2], backend="vllm", device="cpu",
-                                                   batch_tokens=256)})
-"""
 
 
 def assert_equivalent(ours: torch.Tensor, reference: torch.Tensor, name: str) -> None:
@@ -65,46 +46,18 @@ def transformers_states(model_path, sequences, layer_ids) -> dict:
 
 
 @pytest.fixture(scope="module")
-def killed_then_resumed(tiny_verifier, tmp_path_factory):
+def killed_then_resumed(vllm_extraction_run):
     """A vLLM extraction SIGKILLed (its whole process group, engine core included) once a few files
-    are in place, then the asset run that completes it."""
-    root = tmp_path_factory.mktemp("vllm-extraction")
-    storage = StorageRoot(root=str(root / "data"))
-    sequences = write_token_sequences(storage, tiny_verifier, prompts=40, steps=30)
-    tensors = folder(storage) / "tensors"
-    log = root / "killed-run.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_RUN, storage.root, str(tiny_verifier), PARTITION],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + ENGINE_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            if tensors.exists() and len(list(tensors.glob("*.safetensors"))) >= 3:
-                break
-            time.sleep(0.005)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill: {log.read_text()[-3000:]}"
-    finished = sorted(tensors.glob("*.safetensors"))
-    before = {p.name: p.stat().st_mtime_ns for p in finished}
-    for path in finished:  # whatever carries a final name is whole
-        sample = load_sample(path)
-        check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
-    result = materialize_hidden_states(storage, verifier_for(tiny_verifier, backend="vllm", batch_tokens=256))
-    return {"storage": storage, "sequences": sequences, "finished_before": before, "result": result}
+    are in place, then the asset run that completes it (tests/helpers/features.py; tests/conftest.py
+    runs it in the background)."""
+    return vllm_extraction_run.value()
 
 
 def test_resume_after_kill_during_vllm_extraction_duplicates_nothing(killed_then_resumed):
     run = killed_then_resumed
-    result, storage = run["result"], run["storage"]
-    assert result.success
-    meta = metadata(result)
+    storage = run["storage"]
+    assert run["success"]
+    meta = run["metadata"]
     distinct = len({tuple(ids) for ids in run["sequences"]["input_ids"].to_pylist()})
     reused = len(run["finished_before"])
     assert 0 < reused < distinct
@@ -120,7 +73,7 @@ def test_resume_after_kill_during_vllm_extraction_duplicates_nothing(killed_then
 
 
 def test_the_asset_names_the_vllm_backend_and_its_engine(killed_then_resumed):
-    meta = metadata(killed_then_resumed["result"])
+    meta = killed_then_resumed["metadata"]
     assert meta["backend"] == "vllm" and meta["engine_load_s"] > 0 and meta["tensor_parallel_size"] == 1
     manifest = json.loads((folder(killed_then_resumed["storage"]) / "manifest.json").read_text())
     assert manifest["verifier"]["backend"] == "vllm"
@@ -130,7 +83,7 @@ def test_vllm_states_match_transformers_on_the_tiny_qwen3_verifier(killed_then_r
     storage = killed_then_resumed["storage"]
     index = pq.read_table(folder(storage) / "index.parquet").to_pylist()[:8]
     stored = {row["file"]: load_sample(folder(storage) / row["file"]) for row in index}
-    layer_ids = metadata(killed_then_resumed["result"])["layer_ids"]
+    layer_ids = killed_then_resumed["metadata"]["layer_ids"]
     assert layer_ids == [1, 2, 3, 4]  # aux spread + the final id n, captured before the final norm
     reference = transformers_states(tiny_verifier, [(f, s["token_ids"].tolist()) for f, s in stored.items()], layer_ids)
     for name, sample in stored.items():

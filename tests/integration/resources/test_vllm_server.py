@@ -49,6 +49,8 @@ def test_another_configuration_on_a_running_servers_port_is_refused(vllm_server_
 
 
 def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(tiny_verifier, tmp_path):
+    """A server two steps use: the launcher leaving keeps it up for the other; the last user stops it. What
+    the server computes is not looked at, so it runs eager (no compile before it is ready)."""
     port = free_port()
     server = VLLMServer(
         model=str(tiny_verifier),
@@ -57,6 +59,7 @@ def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(tiny_verif
         state_dir=str(tmp_path),
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         stop_grace_s=20,
+        extra_args=["--enforce-eager"],
     )
     log = Lines()
     launcher, attacher = server.serve(log=log), server.serve(log=log)
