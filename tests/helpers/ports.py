@@ -9,6 +9,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+from eagle_assets.orchestration.worker import process_alive
+
 # This project's share of local ports: vLLM servers (a speculating one takes the port after its base
 # server's), `dagster dev`.
 PORTS = range(8300, 8500)
@@ -26,16 +28,6 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _claim(port: int) -> bool:
     """Claim ``port`` for this process, unless a live process holds it (a dead one's claim is taken over)."""
     path = CLAIMS / str(port)
@@ -47,7 +39,7 @@ def _claim(port: int) -> bool:
                 holder = int(path.read_text() or 0)
             except (OSError, ValueError):
                 holder = 0
-            if holder and _alive(holder):
+            if holder and process_alive(holder):
                 return False
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
