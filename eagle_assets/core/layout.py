@@ -66,6 +66,8 @@ WORK_DIR = "_work"
 TRAINING_DATA = "training_data"
 TRAINING_LINKS = "hidden_states"
 TRAINER_DONE_FILE = "done.json"
+# A trainer folder (under WORK_DIR): one speculators training process's checkpoints and metrics.
+TRAINER_FOLDER_PREFIX = "trainer-"
 
 # eagle3_eval
 EVAL_REPORT_FILE = "report.json"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from eagle_assets.core.child_process import die_with_parent
 from eagle_assets.core.files import combined_hash, write_json
-from eagle_assets.core.layout import TRAINER_DONE_FILE
+from eagle_assets.core.layout import TRAINER_DONE_FILE, TRAINER_FOLDER_PREFIX
 from eagle_assets.eagle3_checkpoint.settings import RESOLVED_FIELDS, TrainingSettings
 from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count
@@ -41,15 +41,15 @@ class TrainingFailed(RuntimeError):
 
 
 @dataclass(frozen=True)
-class TrainingRun:
-    run_dir: Path
+class TrainerResult:
+    folder: Path
     best_dir: Path
     summary: dict
 
 
-def run_dir_for(work_root: Path, data: TrainingData, settings: TrainingSettings) -> Path:
+def trainer_folder_for(work_root: Path, data: TrainingData, settings: TrainingSettings) -> Path:
     key = combined_hash([data.content_hash, settings.model_dump_json(), data.manifest.verifier_id])
-    return Path(work_root) / f"run-{key[:16]}"
+    return Path(work_root) / f"{TRAINER_FOLDER_PREFIX}{key[:16]}"
 
 
 def _mask_token_id(verifier_path: str) -> int:
@@ -245,7 +245,7 @@ def summarize_metrics(metrics_file: Path) -> dict:
 
 def train(
     data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: TrainingSettings, work_root: Path, log
-) -> TrainingRun:
+) -> TrainerResult:
     """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder.
     ``settings`` must be complete (:func:`~eagle_assets.eagle3_checkpoint.settings.resolve_settings`)."""
     unset = [name for name in RESOLVED_FIELDS if getattr(settings, name) is None]
@@ -255,24 +255,24 @@ def train(
             "eagle_assets.eagle3_checkpoint.settings.resolve_settings"
         )
 
-    run_dir = run_dir_for(work_root, data, settings)
-    save_path = run_dir / "checkpoints"
-    metrics_file = run_dir / "metrics.jsonl"
+    folder = trainer_folder_for(work_root, data, settings)
+    save_path = folder / "checkpoints"
+    metrics_file = folder / "metrics.jsonl"
     best_dir = save_path / "checkpoint_best"
-    done = run_dir / TRAINER_DONE_FILE
+    done = folder / TRAINER_DONE_FILE
     if done.exists() and best_dir.exists():
-        log.info(f"training run {run_dir} already finished: reusing its best checkpoint")
-        return TrainingRun(run_dir, best_dir.resolve(), json.loads(done.read_text()))
-    run_dir.mkdir(parents=True, exist_ok=True)
+        log.info(f"trainer folder {folder} already finished: reusing its best checkpoint")
+        return TrainerResult(folder, best_dir.resolve(), json.loads(done.read_text()))
+    folder.mkdir(parents=True, exist_ok=True)
     on_cpu = needs_cpu_adaptations()
-    # Resolved after the run folder is named: it stays keyed by the setting as given ("0" = every GPU).
+    # Resolved after the trainer folder is named: it stays keyed by the setting as given ("0" = every GPU).
     settings = settings.model_copy(update={"num_processes": resolve_process_count(settings.num_processes, on_cpu)})
     argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu)
     command = launch_command(settings, metrics_file, argv)
     log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")
-    run_streaming(command, log, cwd=run_dir)
+    run_streaming(command, log, cwd=folder)
     if not best_dir.exists():
         raise TrainingFailed(f"training finished without {best_dir}: no validation epoch completed")
     summary = summarize_metrics(metrics_file)
     write_json(summary, done)
-    return TrainingRun(run_dir, best_dir.resolve(), summary)
+    return TrainerResult(folder, best_dir.resolve(), summary)

@@ -154,7 +154,7 @@ class KeptCheckpoint:
 
 def training_record(
     plan: TrainingPlan,
-    trained: trainer.TrainingRun,
+    trained: trainer.TrainerResult,
     *,
     training_run: str,
     recipe: dict,
@@ -194,7 +194,7 @@ def training_record(
             "layer_ids": manifest.layer_ids,
             "hidden_size": manifest.hidden_size,
         },
-        "run": {"folder": str(trained.run_dir), "dagster_run_id": dagster_run_id},
+        "trainer": {"folder": str(trained.folder), "dagster_run_id": dagster_run_id},
         "metrics": trained.summary,
     }
 

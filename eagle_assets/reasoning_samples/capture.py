@@ -1,4 +1,4 @@
-"""One capture run: engine + shard store + progress ticker, as the asset (and the benchmark) run it."""
+"""One capture: engine + shard store + progress ticker, as the asset (and the benchmark) run it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Counts and rates of a capture run, reported as one log line every few seconds."""
+"""Counts and rates of a capture, reported as one log line every few seconds."""
 
 from __future__ import annotations
 

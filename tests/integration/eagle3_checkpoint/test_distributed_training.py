@@ -36,7 +36,7 @@ def test_two_training_processes_share_the_epoch_and_keep_one_loadable_checkpoint
             log_every_steps=1,
         )
         runs[processes] = trainer.train(data, vocab, str(verifier), settings, work, log)
-    assert runs[1].run_dir != runs[2].run_dir
+    assert runs[1].folder != runs[2].folder
     assert runs[2].summary["epochs_run"] == 1 and runs[2].summary["val_loss"] > 0
     assert 0 < runs[2].summary["train_steps"] < runs[1].summary["train_steps"]
     model = load_with_speculators(runs[2].best_dir)

@@ -152,5 +152,5 @@ def test_gc_frees_unreferenced_files_and_keeps_checkpoints_verifiable(storage):
     training = read_lineage(second)["training"]["data"]
     assert Path(training["folder"]).is_dir()
     assert sorted(p.name for p in (root / "eagle3_checkpoint" / "_work").iterdir()) == sorted(
-        {Path(training["folder"]).name, Path(read_lineage(second)["training"]["run"]["folder"]).name}
+        {Path(training["folder"]).name, Path(read_lineage(second)["training"]["trainer"]["folder"]).name}
     )

@@ -122,7 +122,7 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     (best / "model.safetensors").write_bytes(b"weights")
     (best / "optimizer_state_dict.pt").write_bytes(b"state")  # training state: never kept
     summary = {"best_epoch": 1, "val_loss": 2.5, "epochs_run": 2}
-    trained = trainer.TrainingRun(tmp_path / "run", best, summary)
+    trained = trainer.TrainerResult(tmp_path / "trainer", best, summary)
     calls = []
 
     def fake_train(data, vocab, verifier_path, settings, work_root, log):
@@ -143,7 +143,7 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     assert calls == [(plan.data, plan.vocab, str(verifier), plan.settings, tmp_path / "work")]
     expected = training_record(plan, trained, backend_name="transformers", model_path=verifier, **record)
     assert kept.training == expected and lineage_calls == [(expected, plan.data.path)]
-    assert expected["run"] == {"folder": str(tmp_path / "run"), "dagster_run_id": "abc"}
+    assert expected["trainer"] == {"folder": str(tmp_path / "trainer"), "dagster_run_id": "abc"}
     assert expected["data"]["partitions"] == PARTITIONS and expected["metrics"] == summary == kept.summary
     assert expected["verifier"]["identity"] == BACKEND.identity(verifier) and expected["recipe"] == {"epochs": 5}
 

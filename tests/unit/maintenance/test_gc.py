@@ -57,13 +57,13 @@ def test_work_folders_are_named_by_what_they_are(tmp_path):
     from eagle_assets.maintenance.gc import report_lines
 
     work = tmp_path / "eagle3_checkpoint" / "_work"
-    for name in ("data-0123", "run-4567", "verifier-89ab", ".verifier-89ab.x1y2"):
+    for name in ("data-0123", "trainer-4567", "verifier-89ab", ".verifier-89ab.x1y2"):
         (work / name).mkdir(parents=True)
     with dg.DagsterInstance.ephemeral() as instance:
         collection = find_garbage(tmp_path, instance)
     assert {g.path.name: g.kind for g in collection.garbage} == {
         "data-0123": "training folder",
-        "run-4567": "training folder",
+        "trainer-4567": "training folder",
         "verifier-89ab": "resolved verifier",
         ".verifier-89ab.x1y2": "temporary",
     }
