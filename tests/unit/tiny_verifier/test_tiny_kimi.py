@@ -10,7 +10,6 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from eagle_assets.plugin_manager import verifier_backend
-from eagle_assets.resources.embedded import embedded_resources
 
 QUESTION = [{"role": "user", "content": "What is 468 + 275?"}]
 
@@ -63,15 +62,3 @@ def test_chat_markup_is_kimis(tokenizer):
     for switch in ({"thinking": False}, {"enable_thinking": False}):
         closed = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False, **switch)
         assert closed.endswith("<|im_assistant|>assistant<|im_middle|><think></think>")
-
-
-def test_embedded_resources_select_tiny_kimi_consistently(tiny_kimi):
-    resources = embedded_resources("tiny-kimi", port=8999)
-    verifier, server = resources["verifier"], resources["vllm_server"]
-    assert verifier.resolved_model_path() == tiny_kimi and verifier.backend == "kimi"
-    argv = server.command(server.resolved_model())
-    assert argv[argv.index("--model") + 1] == str(tiny_kimi)
-    assert argv[argv.index("--reasoning-parser") + 1] == "kimi_k2"
-    assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"vision_chunk": 0}
-    with pytest.raises(ValueError, match="tiny-qwen3, tiny-kimi"):
-        embedded_resources("tiny-llama")

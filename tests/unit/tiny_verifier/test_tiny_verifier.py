@@ -1,16 +1,13 @@
-"""The embedded tiny verifier: tokenizer, chat template, trained behaviour, and the build cache (its
-concurrent builds: tests/integration/tiny_verifier/test_cache.py)."""
+"""The embedded tiny verifier: tokenizer, chat template and the build cache (its trained behaviour and the
+default build: tests/integration/tiny_verifier/test_default_builds.py; concurrent builds: test_cache.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
-from eagle_assets.tiny_verifier.arithmetic import Problem, worked_solution
-from eagle_assets.tiny_verifier.cache import cached_tiny_verifier
-from eagle_assets.tiny_verifier.corpus import make_conversations
 from eagle_assets.tiny_verifier.recipe import DEFAULT_RECIPE, recipe_hash
 
 # A recipe small enough to build in seconds: for the cache mechanics, not for its outputs.
@@ -70,45 +67,6 @@ def test_chat_template_renders_thinking(tokenizer):
     ):
         full = tokenizer.apply_chat_template([*messages, reply], tokenize=False)
         assert full == prompt + "4 + 4 = 8.\n</think>\n\nThe answer is 8.<|im_end|>\n"
-
-
-def _held_out_problem() -> Problem:
-    """A problem whose question never occurs in the training conversations."""
-    trained = {
-        conv.messages[-1]["content"]
-        for conv in make_conversations(
-            DEFAULT_RECIPE.train_steps * DEFAULT_RECIPE.batch_size, DEFAULT_RECIPE.seed + 2, DEFAULT_RECIPE
-        )
-    }
-    problem = Problem(468, "+", 275, "What is 468 + 275?")
-    assert problem.question not in trained
-    return problem
-
-
-def test_model_writes_thinking_then_answer(tiny_verifier, tokenizer):
-    model = AutoModelForCausalLM.from_pretrained(tiny_verifier).eval()
-    assert "lm_head.weight" in model.state_dict() and "model.embed_tokens.weight" in model.state_dict()
-    problem = _held_out_problem()
-    inputs = tokenizer.apply_chat_template(
-        [{"role": "user", "content": problem.question}],
-        add_generation_prompt=True,
-        return_tensors="pt",
-        return_dict=True,
-    )
-    out = model.generate(**inputs, max_new_tokens=200, do_sample=False)
-    completion = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :])
-    thinking, _answer = worked_solution(problem)
-    assert completion.startswith(thinking.split("\n")[0])  # the worked style's first line
-    assert "\n</think>\n\nThe answer is " in completion
-    assert completion.endswith("<|im_end|>")
-
-
-def test_second_call_reuses_the_cache(tiny_verifier):
-    lines: list[str] = []
-    again = cached_tiny_verifier(log=lines.append)
-    assert again == tiny_verifier
-    assert lines == []  # nothing was built
-    assert again.name == recipe_hash(DEFAULT_RECIPE)
 
 
 def test_recipe_change_changes_the_key():
