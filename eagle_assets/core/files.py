@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eagle_assets.core.layout import MODEL_FILES
+from eagle_assets.core.layout import CURRENT_FILE, MODEL_FILES, version_folder
 
 HASH_CHUNK = 1 << 20
 
@@ -92,3 +93,24 @@ def remove_stale_temporaries(folder: Path) -> int:
         tmp.unlink(missing_ok=True)
         removed += 1
     return removed
+
+
+def publish_version(folder: Path, version: str, write: Callable[[Path], object]) -> Path:
+    """Publish ``version`` of a partition ``folder``: ``write(tmp)`` fills a temporary folder that is renamed
+    to ``versions/<version>`` (a version already there is content-identical and kept as it is), then
+    ``current.json`` names it. A crash leaves the previous version current; nothing published is rewritten."""
+    final = version_folder(folder, version)
+    if not final.is_dir():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", suffix=".tmp", dir=final.parent))
+        try:
+            write(tmp)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                if not final.is_dir():  # else another writer published the same content first
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    write_json({"version": version}, Path(folder) / CURRENT_FILE)
+    return final

@@ -2,10 +2,17 @@
 
 Each asset keeps its files in ``<root>/<asset>/<partition>/`` (per dataset source) or
 ``<root>/<asset>/`` (per training run); the names below are the only spelling of each.
+
+A materialization of ``prompts``, ``token_sequences`` or ``hidden_states`` writes its tables into a folder of
+its own, ``<partition>/versions/<data version>/``, that nothing rewrites afterwards: a kept checkpoint's
+lineage points at those files, so a later materialization cannot change them. ``<partition>/current.json``
+names the version readers see. ``reasoning_samples`` keeps one sample set per generation recipe,
+``<partition>/recipes/<recipe id>/`` (append-only shards), and its ``current.json`` names the current recipe.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 # The stages, in pipeline order: each is an asset and the folder its files live in.
@@ -18,6 +25,15 @@ EAGLE3_EVAL = "eagle3_eval"
 STAGES = (PROMPTS, REASONING_SAMPLES, TOKEN_SEQUENCES, HIDDEN_STATES, EAGLE3_CHECKPOINT, EAGLE3_EVAL)
 # The stages partitioned by dataset source: what a checkpoint's lineage records upstream of it.
 PER_DATASET_STAGES = STAGES[:4]
+
+# A partition's published versions (or, for reasoning_samples, its recipes' sample sets), and the pointer
+# to the one readers see.
+VERSIONS_DIR = "versions"
+RECIPES_DIR = "recipes"
+CURRENT_FILE = "current.json"
+# What current_folder returns before anything is published: no version or recipe id takes this name
+# (both are 16 hex digits), so every file under it is missing.
+UNPUBLISHED = "unpublished"
 
 # The one asset group: Dagster draws group boxes only when a graph holds more than one group, and
 # opens them collapsed; with a single group it shows every asset at once, in pipeline order.
@@ -81,13 +97,42 @@ def asset_folder(root: str | Path, asset: str, partition: str | None = None) -> 
     return folder / partition if partition is not None else folder
 
 
+def current_version(folder: str | Path) -> str | None:
+    """The version (or recipe id) ``<folder>/current.json`` names; None before the first publication."""
+    path = Path(folder) / CURRENT_FILE
+    return json.loads(path.read_text())["version"] if path.exists() else None
+
+
+def version_folder(folder: str | Path, version: str, kind: str = VERSIONS_DIR) -> Path:
+    """``<folder>/<kind>/<version>``: one published version (``kind`` VERSIONS_DIR) or recipe (RECIPES_DIR)."""
+    return Path(folder) / kind / version
+
+
+def current_folder(folder: str | Path, kind: str = VERSIONS_DIR) -> Path:
+    """The folder of the version (recipe) ``current.json`` names, or an ``UNPUBLISHED`` one that never exists."""
+    return version_folder(folder, current_version(folder) or UNPUBLISHED, kind)
+
+
+def published_kind(asset: str) -> str:
+    """How a per-dataset ``asset`` publishes: RECIPES_DIR for reasoning_samples, VERSIONS_DIR for the others."""
+    return RECIPES_DIR if asset == REASONING_SAMPLES else VERSIONS_DIR
+
+
 def prompts_file(root: str | Path, partition: str) -> Path:
-    return asset_folder(root, PROMPTS, partition) / PROMPTS_FILE
+    """The current prompts table of ``partition``."""
+    return current_folder(asset_folder(root, PROMPTS, partition)) / PROMPTS_FILE
+
+
+def samples_folder(root: str | Path, partition: str) -> Path:
+    """The current recipe's sample set of ``partition``."""
+    return current_folder(asset_folder(root, REASONING_SAMPLES, partition), RECIPES_DIR)
 
 
 def sequences_file(root: str | Path, partition: str) -> Path:
-    return asset_folder(root, TOKEN_SEQUENCES, partition) / SEQUENCES_FILE
+    """The current training rows of ``partition``."""
+    return current_folder(asset_folder(root, TOKEN_SEQUENCES, partition)) / SEQUENCES_FILE
 
 
 def index_file(root: str | Path, partition: str) -> Path:
-    return asset_folder(root, HIDDEN_STATES, partition) / INDEX_FILE
+    """The current hidden-state index of ``partition``."""
+    return current_folder(asset_folder(root, HIDDEN_STATES, partition)) / INDEX_FILE

@@ -15,7 +15,7 @@ from eagle_assets.resources import StorageRoot
 from eagle_assets.sources import SourceUnavailable
 
 # Bump when the rows this asset writes for the same input would change.
-CODE_VERSION = "prompts-2"
+CODE_VERSION = "prompts-3"
 
 
 class PromptsConfig(dg.Config):

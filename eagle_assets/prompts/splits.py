@@ -112,8 +112,10 @@ def read_current_splits(storage_root: Path, partition: str) -> dict[str, tuple[s
 
 
 def read_splits(path: Path) -> dict[str, tuple[str, str]]:
-    """:func:`read_current_splits` of the prompts table at ``path`` (``<root>/prompts/<partition>/prompts.parquet``)."""
-    path, partition = Path(path), Path(path).parent.name
+    """:func:`read_current_splits` of the prompts table at ``path``
+    (``<root>/prompts/<partition>/versions/<version>/prompts.parquet``)."""
+    path = Path(path)
+    partition = path.parents[2].name
     if not path.exists():
         raise MissingPrompts(f"{path} is missing: materialize prompts for partition '{partition}' first")
     table = pq.read_table(path)

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_assets import hookimpl
+from eagle_assets.core.layout import prompts_file
 from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.plugin_manager import pm
 from eagle_assets.prompts import asset as prompts_family
@@ -48,7 +49,7 @@ def failure_text(result) -> str:
 
 
 def table(storage_root, partition):
-    return pq.read_table(storage_root.path("prompts", partition) / "prompts.parquet")
+    return pq.read_table(prompts_file(storage_root.root, partition))
 
 
 def test_demo_partition_writes_the_contract_schema_with_counts_and_versions(storage_root):
@@ -70,6 +71,9 @@ def test_demo_partition_writes_the_contract_schema_with_counts_and_versions(stor
     # Same data, same version: a re-run is recognisably the same content.
     again = materialization(materialize(storage_root, "demo"))
     assert again.tags["dagster/data_version"] == mat.tags["dagster/data_version"]
+    # The table is in the version folder that data version names, and that is current.
+    path = prompts_file(storage_root.root, "demo")
+    assert mat.metadata["path"].value == str(path) and path.parent.name == mat.tags["dagster/data_version"]
     assert {c.check_name: c.passed for c in result.get_asset_check_evaluations()} == {
         "source_read_completely": True,
         "has_prompts": True,
@@ -134,7 +138,7 @@ def test_bad_rows_and_duplicates_are_counted_by_reason_and_listed(storage_root, 
     )
     examples = mat.metadata["skipped_examples"].value
     assert "source 'jsonl', row mixed.jsonl:3: no_user_turn" in examples
-    listed = json.loads((storage_root.path("prompts", "jsonl") / "skipped.json").read_text())
+    listed = json.loads((prompts_file(storage_root.root, "jsonl").parent / "skipped.json").read_text())
     assert [s["row"] for s in listed] == ["mixed.jsonl:3", "mixed.jsonl:4", "mixed.jsonl:5", "mixed.jsonl:6"]
 
 
