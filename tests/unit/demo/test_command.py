@@ -5,6 +5,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from eagle_assets.core.layout import prompts_file
 from eagle_assets.demo.command import run_demo, summarize
 from eagle_assets.orchestration.jobs import plan
 from eagle_assets.orchestration.partitions import source_partitions
@@ -18,7 +19,7 @@ def test_demo_materializes_partitioned_then_unpartitioned_assets_in_order(storag
     @dg.asset(deps=[prompts.key], partitions_def=prompts.partitions_def)
     def prompt_lengths(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Longest prompt of the partition (stands in for the per-dataset assets of later stages)."""
-        table = pq.read_table(storage_root.path("prompts", context.partition_key) / "prompts.parquet")
+        table = pq.read_table(prompts_file(storage_root.root, context.partition_key))
         return dg.MaterializeResult(metadata={"prompts": table.num_rows})
 
     @dg.asset(deps=[prompt_lengths.key])

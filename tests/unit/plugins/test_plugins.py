@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_assets import hookimpl, plugin_manager
+from eagle_assets.core.layout import prompts_file
 from eagle_assets.definitions import build_definitions
 from eagle_assets.plugin_manager import dataset_sources, load_errors, pm
 from eagle_assets.sources import DatasetSource, RawRecord
@@ -79,7 +80,7 @@ def test_a_registered_plugin_becomes_a_partition_of_prompts(storage_root):
         keys = defs.resolve_assets_def("prompts").partitions_def.get_partition_keys()
         assert "throwaway" in keys and set(keys) >= BUILT_IN_SOURCES
         assert materialize_prompts(defs, "throwaway").success
-        assert pq.read_table(storage_root.path("prompts", "throwaway") / "prompts.parquet").num_rows == 1
+        assert pq.read_table(prompts_file(storage_root.root, "throwaway")).num_rows == 1
     finally:
         pm.unregister(plugin)
     assert "throwaway" not in build_definitions().resolve_assets_def("prompts").partitions_def.get_partition_keys()
@@ -111,7 +112,7 @@ def test_single_file_example_plugin(reload_plugins, storage_root):
     assert "csv_qa" in dataset_sources()
     defs = build_definitions({"storage": storage_root})
     assert materialize_prompts(defs, "csv_qa").success
-    rows = pq.read_table(storage_root.path("prompts", "csv_qa") / "prompts.parquet").to_pylist()
+    rows = pq.read_table(prompts_file(storage_root.root, "csv_qa")).to_pylist()
     assert len(rows) == 5 and rows[0]["reference"] == "Rome."
     assert json.loads(rows[0]["metadata"])["topic"] == "geography"
 
