@@ -77,6 +77,9 @@ TRAINING_FILE = "training.json"
 LINEAGE_FILE = "lineage.json"
 # sha256sum's format, so `sha256sum -c lineage.sha256` checks the record too.
 LINEAGE_DIGEST_FILE = "lineage.sha256"
+# "hmac-sha256 <hex>" over lineage.json's bytes, written when a lineage key is configured: a record edited
+# and re-digested off the Dagster instance is still caught by whoever holds the key.
+LINEAGE_SIGNATURE_FILE = "lineage.sig"
 WORK_DIR = "_work"
 # A speculators training folder (under WORK_DIR): its hidden-state files link to hidden_states tensors.
 TRAINING_DATA = "training_data"
