@@ -17,6 +17,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 
 from eagle_assets.core.files import file_sha256
+from eagle_assets.core.layout import index_file, prompts_file, sequences_file
 from eagle_assets.core.shards import shard_paths
 from tests.helpers.http import LocalServer, Reply, Request, relay
 from tests.helpers.processes import kill_group
@@ -78,9 +79,7 @@ def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_comple
     [killed_in_samples] = [r.run_id for r in instance.get_runs()]
     assert instance.get_run_by_id(killed_in_samples).status == dg.DagsterRunStatus.STARTED
     assert gpu_holders(instance) == [killed_in_samples]  # a held slot blocks every later gpu step
-    wanted = pq.read_table(root / "prompts" / "demo" / "prompts.parquet", columns=["prompt_id"])[
-        "prompt_id"
-    ].to_pylist()
+    wanted = pq.read_table(prompts_file(root, "demo"), columns=["prompt_id"])["prompt_id"].to_pylist()
     assert 0 < len(samples_ok_rows(samples)) < len(wanted), "the kill did not land mid-generation"
 
     # 2. The next run frees the slot by itself, finishes the samples, and is killed during hidden_states.
@@ -102,7 +101,7 @@ def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_comple
     assert "is gone (killed or crashed)" in reason and f"run {second_id[:8]}" in reason, reason
     assert "reconciled the Dagster instance" in (tmp_path / "second.log").read_text()
     before = {p.name: p.stat().st_mtime_ns for p in tensors.glob("*.safetensors")}
-    sequences = pq.read_table(root / "token_sequences" / "demo" / "sequences.parquet", columns=["input_ids"])
+    sequences = pq.read_table(sequences_file(root, "demo"), columns=["input_ids"])
     distinct = len({tuple(ids) for ids in sequences["input_ids"].to_pylist()})
     assert 0 < len(before) < distinct, "the kill did not land mid-extraction"
 
@@ -115,7 +114,7 @@ def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_comple
     assert instance.get_run_by_id(third_id).status == dg.DagsterRunStatus.SUCCESS
     assert gpu_holders(instance) == []
     assert Counter(samples_ok_rows(samples)) == Counter(wanted)  # every prompt answered exactly once
-    index = pq.read_table(root / "hidden_states" / "demo" / "index.parquet").to_pylist()
+    index = pq.read_table(index_file(root, "demo")).to_pylist()
     assert len(index) == sequences.num_rows
     for row in index:
         assert file_sha256(root / "hidden_states" / "demo" / row["file"]) == row["sha256"]

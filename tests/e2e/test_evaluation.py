@@ -194,9 +194,11 @@ def test_eval_prompts_are_heldout_and_never_trained_on(evaluated):
 
     import pyarrow.parquet as pq
 
+    from eagle_assets.core.layout import prompts_file
+
     meta, root = evaluated["meta"], evaluated["root"]
     report = json.loads(Path(meta["report"]).read_text())
-    prompts = {r["prompt_id"]: r for r in pq.read_table(root / "prompts" / "demo" / "prompts.parquet").to_pylist()}
+    prompts = {r["prompt_id"]: r for r in pq.read_table(prompts_file(root, "demo")).to_pylist()}
     assert {prompts[p]["split"] for p in report["prompt_ids"]} == {"heldout"}
     # The rows the checkpoint trained and validated on (its training folder): no evaluated prompt, and
     # no evaluated problem, is among them.
