@@ -18,10 +18,10 @@ from eagle_assets.capacity import asset_plan_metadata, shape_of
 from eagle_assets.core.layout import (
     EAGLE3_CHECKPOINT,
     HIDDEN_STATES,
-    INDEX_FILE,
-    SEQUENCES_FILE,
-    TOKEN_SEQUENCES,
     TRAINING_FILE,
+    asset_folder,
+    index_file,
+    sequences_file,
 )
 from eagle_assets.eagle3_checkpoint import trainer
 from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint, verifier_facts, verifier_mismatches
@@ -63,9 +63,7 @@ def recipe_refusal(training_run: str, changes: list[str]) -> str:
 
 def has_features(root: Path, partition: str) -> bool:
     """Whether ``partition`` has materialized ``token_sequences`` and ``hidden_states``."""
-    return (root / TOKEN_SEQUENCES / partition / SEQUENCES_FILE).exists() and (
-        root / HIDDEN_STATES / partition / INDEX_FILE
-    ).exists()
+    return sequences_file(root, partition).exists() and index_file(root, partition).exists()
 
 
 def choose_partitions(requested: list[str], known: list[str], root: Path, log) -> list[str]:
@@ -260,5 +258,7 @@ def verifier_problems(checkpoint: Path, root: Path, backend: VerifierBackend, mo
     partitions = json.loads((checkpoint / TRAINING_FILE).read_text())["data"]["partitions"]
     problems = []
     for partition in partitions:
-        problems += verifier_mismatches(checkpoint, facts, FeatureManifest.read(root / HIDDEN_STATES / partition))
+        problems += verifier_mismatches(
+            checkpoint, facts, FeatureManifest.read(asset_folder(root, HIDDEN_STATES, partition))
+        )
     return problems

@@ -33,7 +33,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from eagle_assets.core.files import combined_hash, write_parquet
-from eagle_assets.core.layout import INDEX_FILE, SEQUENCES_FILE, TRAIN, VALIDATION
+from eagle_assets.core.layout import (
+    HIDDEN_STATES,
+    MANIFEST_FILE,
+    TRAIN,
+    VALIDATION,
+    asset_folder,
+    current_folder,
+    index_file,
+    sequences_file,
+)
 from eagle_assets.prompts.splits import read_current_splits
 from eagle_assets.token_sequences.build import row_keys
 
@@ -63,8 +72,8 @@ class FeatureManifest:
 
     @classmethod
     def read(cls, folder: Path) -> FeatureManifest:
-        """Parse the ``manifest.json`` the ``hidden_states`` asset writes beside its index."""
-        path = Path(folder) / "manifest.json"
+        """Parse the ``manifest.json`` of the ``hidden_states`` partition ``folder``'s current version."""
+        path = current_folder(folder) / MANIFEST_FILE
         if not path.exists():
             raise TrainingDataError(f"{path} is missing: materialize the hidden_states partition first")
         raw = json.loads(path.read_text())
@@ -108,9 +117,8 @@ class TrainingData:
 
 
 def _read_partition(storage_root: Path, partition: str) -> tuple[pa.Table, FeatureManifest]:
-    seq_path = storage_root / "token_sequences" / partition / SEQUENCES_FILE
-    hs_folder = storage_root / "hidden_states" / partition
-    index_path = hs_folder / INDEX_FILE
+    seq_path, index_path = sequences_file(storage_root, partition), index_file(storage_root, partition)
+    hs_folder = asset_folder(storage_root, HIDDEN_STATES, partition)
     for path, asset in ((seq_path, "token_sequences"), (index_path, "hidden_states")):
         if not path.exists():
             raise TrainingDataError(f"{path} is missing: materialize {asset} for partition '{partition}' first")

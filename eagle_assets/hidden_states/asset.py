@@ -12,7 +12,7 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata, shape_of
-from eagle_assets.core.layout import HIDDEN_STATES, PIPELINE, SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder
+from eagle_assets.core.layout import HIDDEN_STATES, PIPELINE, asset_folder, sequences_file
 from eagle_assets.hidden_states.checks import files_match_rows_result, sampled_file_problems
 from eagle_assets.hidden_states.extract import (
     Extraction,
@@ -26,7 +26,7 @@ from eagle_assets.hidden_states.extract import (
 from eagle_assets.resources import StorageRoot, Verifier
 
 # Bump when the files this asset writes for the same input would change.
-CODE_VERSION = "hidden_states-4"
+CODE_VERSION = "hidden_states-5"
 
 
 class HiddenStatesConfig(dg.Config):
@@ -95,7 +95,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
           states + one fp32 scale per token, half the bytes, read by speculators' `fp8` backend).
         - **resumable**: files are written atomically and never rewritten, so a killed run resumes
           by skipping what exists; `index.parquet` maps rows to files, `manifest.json` records the
-          verifier.
+          verifier: both in a version folder of their own, never rewritten (`versions/<data version>/`,
+          the current one named by `current.json`), so a kept checkpoint's features stay as trained.
         - **several GPUs**: one worker process per device in `verifier.devices` extracts a share of
           the rows; the files and index are the same.
         - **disk**: the write is estimated first; the run fails before loading the model when free
@@ -103,9 +104,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """
         partition = context.partition_key
         try:
-            rows = select_rows(
-                storage.path(TOKEN_SEQUENCES, partition) / SEQUENCES_FILE, Path(storage.root), partition, config.splits
-            )
+            rows = select_rows(sequences_file(storage.root, partition), Path(storage.root), partition, config.splits)
         except HiddenStatesInputError as err:
             raise dg.Failure(description=str(err)) from None
         backend, model_path = verifier.get_backend(), verifier.resolved_model_path()
@@ -150,7 +149,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     def files_match_rows(context: dg.AssetCheckExecutionContext, storage: StorageRoot) -> dg.AssetCheckResult:
         partition = context.partition_key
         checked, problems = sampled_file_problems(
-            storage.path(HIDDEN_STATES, partition), storage.path(TOKEN_SEQUENCES, partition) / SEQUENCES_FILE
+            asset_folder(storage.root, HIDDEN_STATES, partition), sequences_file(storage.root, partition)
         )
         return files_match_rows_result(checked, problems)
 

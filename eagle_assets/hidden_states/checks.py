@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from eagle_assets.core.checks import check_result
 from eagle_assets.core.files import file_sha256
-from eagle_assets.core.layout import FP8, INDEX_FILE, MANIFEST_FILE
+from eagle_assets.core.layout import FP8, INDEX_FILE, MANIFEST_FILE, current_folder
 from eagle_assets.core.tables import list_rows
 from eagle_assets.hidden_states.files import INDEX_SCHEMA, SCALES_KEY, load_sample
 
@@ -20,11 +20,12 @@ CHECK_SAMPLE = 16
 
 
 def sampled_file_problems(folder: Path, sequences_file: Path, sample: int = CHECK_SAMPLE) -> tuple[int, list[str]]:
-    """(files checked, problems): a seeded random sample of ``folder``'s indexed files, each compared with
-    its recorded sha256, the token ids of its ``token_sequences`` row (what speculators compares before
-    training) and the manifest's storage dtype."""
-    index = pq.read_table(folder / INDEX_FILE, columns=INDEX_SCHEMA.names).to_pylist()
-    dtype = json.loads((folder / MANIFEST_FILE).read_text())["dtype"]
+    """(files checked, problems): a seeded random sample of the files the partition ``folder``'s current
+    index lists, each compared with its recorded sha256, the token ids of its ``token_sequences`` row (what
+    speculators compares before training) and the manifest's storage dtype."""
+    version = current_folder(folder)
+    index = pq.read_table(version / INDEX_FILE, columns=INDEX_SCHEMA.names).to_pylist()
+    dtype = json.loads((version / MANIFEST_FILE).read_text())["dtype"]
     rows = pq.read_table(sequences_file, columns=["prompt_id", "turn", "input_ids"])
     tokens = dict(zip(zip(rows["prompt_id"].to_pylist(), rows["turn"].to_pylist()), list_rows(rows["input_ids"])))
     problems, checked = [], min(sample, len(index))

@@ -1,8 +1,11 @@
 """The ``hidden_states`` stage without Dagster: which rows to extract, whether the disk holds them, the
-extraction itself, and the ``index.parquet`` + ``manifest.json`` written after it.
+extraction itself, and the ``index.parquet`` + ``manifest.json`` published after it.
 
-Files are content-addressed (:func:`~eagle_assets.hidden_states.files.content_id`) and never rewritten,
-so the to-do list is whatever is not on disk yet: a killed extraction resumes by skipping what exists.
+Tensor files are content-addressed (:func:`~eagle_assets.hidden_states.files.content_id`), shared by
+every version in the partition's ``tensors/`` and never rewritten, so the to-do list is whatever is not
+on disk yet: a killed extraction resumes by skipping what exists. The index and manifest of each
+extraction are a version folder of their own (``versions/<data version>/``); the index's ``file``
+column is relative to the partition folder.
 """
 
 from __future__ import annotations
@@ -19,21 +22,17 @@ import pyarrow.parquet as pq
 from eagle_assets.backends import ExtractionRequest, VerifierBackend
 from eagle_assets.capacity import feature_bytes_per_token
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
-from eagle_assets.core.files import combined_hash, file_sha256, remove_stale_temporaries, write_json, write_parquet
-from eagle_assets.core.layout import BF16, FP8, INDEX_FILE, MANIFEST_FILE, SCRATCH_DIR, TENSORS_DIR
+from eagle_assets.core.files import file_sha256, remove_stale_temporaries
+from eagle_assets.core.layout import BF16, SCRATCH_DIR, TENSORS_DIR
 from eagle_assets.core.tables import list_rows
-from eagle_assets.hidden_states.files import INDEX_SCHEMA, SCALES_KEY, SampleWriter, content_id, relative_path
+from eagle_assets.hidden_states.files import SampleWriter, content_id, relative_path
+from eagle_assets.hidden_states.index import index_table, indexed_hashes, manifest_of, publish_index
 from eagle_assets.hidden_states.parallel import extract_on_devices
 from eagle_assets.prompts.splits import read_current_splits
 
 GB = 1e9
 LOG_EVERY_S = 5.0
 SEQUENCE_COLUMNS = ["prompt_id", "turn", "input_ids", "seq_len"]
-FORMATS = {
-    BF16: "speculators: hidden_states [seq, n_aux+1, H] bf16 + token_ids [seq] int64",
-    FP8: "hs-connectors fp8 (speculators' `fp8` backend): hidden_states [seq, n_aux+1, H] float8_e4m3fn + "
-    f"{SCALES_KEY} [seq, 1, 1] fp32 (per token) + token_ids [seq] int64",
-}
 
 
 class HiddenStatesInputError(ValueError):
@@ -98,7 +97,7 @@ class ExtractionSettings:
 class Extraction:
     """What one extraction found, wrote and indexed."""
 
-    folder: Path
+    folder: Path  # the version folder: index.parquet + manifest.json
     rows: int
     files: int  # distinct content ids over the rows
     files_written: int
@@ -152,15 +151,6 @@ class ProgressLog:
             )
 
 
-def previous_hashes(folder: Path) -> dict[str, str]:
-    """sha256 of the files an earlier extraction already indexed (so a resume does not re-read them)."""
-    index = folder / INDEX_FILE
-    if not index.exists():
-        return {}
-    table = pq.read_table(index, columns=["content_id", "sha256"])
-    return dict(zip(table["content_id"].to_pylist(), table["sha256"].to_pylist()))
-
-
 def extract_hidden_states(
     rows: pa.Table,
     folder: Path,
@@ -170,9 +160,10 @@ def extract_hidden_states(
     progress: Callable[[ExtractionProgress], None] | None = None,
     label: str = "",
 ) -> Extraction:
-    """Extract every row of ``rows`` (:func:`select_rows`) not on disk yet into ``folder`` (created), then
-    write its index and manifest. Raises :class:`NotEnoughDisk` before the verifier is loaded when the
-    write would not fit. ``log`` is logger-like (``info``); ``label`` prefixes its summary lines."""
+    """Extract every row of ``rows`` (:func:`select_rows`) not on disk yet into the partition ``folder``
+    (created), then publish its index and manifest as a new version. Raises :class:`NotEnoughDisk` before
+    the verifier is loaded when the write would not fit. ``log`` is logger-like (``info``); ``label``
+    prefixes its summary lines."""
     model_path = settings.model_path
     layer_ids = backend.capture_layer_ids(model_path, settings.aux_layer_ids or None)
     hidden_size, identity = backend.hidden_size(model_path), backend.identity(model_path)
@@ -216,13 +207,13 @@ def extract_hidden_states(
         engine_facts = extract_on_devices(backend, model_path, request, settings.devices, writer, report, log=log)
     elapsed = time.monotonic() - started
 
-    hashes = previous_hashes(folder)
+    hashes = indexed_hashes(folder)
     hashes.update({cid: w.sha256 for (_, cid), w in writer.written.items()})
-    for cid in set(cids) - hashes.keys():  # finished by a killed extraction that never wrote its index
+    for cid in set(cids) - hashes.keys():  # finished by a killed extraction that never published its index
         hashes[cid] = file_sha256(folder / relative_path(cid))
-    write_index(rows, cids, hashes, folder)
     tokens = sum(rows["seq_len"].to_pylist())
-    write_manifest(backend.describe(model_path), layer_ids, hidden_size, feature_dtype, len(set(cids)), tokens, folder)
+    manifest = manifest_of(backend.describe(model_path), layer_ids, hidden_size, feature_dtype, len(set(cids)), tokens)
+    published, data_version = publish_index(folder, index_table(rows, cids, hashes), manifest)
 
     new_tokens = sum(len(input_ids[row]) for row, _ in writer.written)
     log.info(
@@ -230,7 +221,7 @@ def extract_hidden_states(
         f"reused {len(set(cids)) - len(writer.written)}"
     )
     return Extraction(
-        folder=folder,
+        folder=published,
         rows=rows.num_rows,
         files=len(set(cids)),
         files_written=len(writer.written),
@@ -245,41 +236,5 @@ def extract_hidden_states(
         feature_dtype=feature_dtype,
         workers=len(settings.devices),
         engine_facts=dict(engine_facts or {}),
-        data_version=combined_hash(f"{c}:{hashes[c]}" for c in sorted(set(cids)))[:16],
+        data_version=data_version,
     )
-
-
-def write_index(rows: pa.Table, cids: list[str], hashes: dict[str, str], folder: Path) -> pa.Table:
-    """``index.parquet``: one entry per row, naming the file that holds its states and that file's sha256."""
-    index = pa.table(
-        {
-            "prompt_id": rows["prompt_id"],
-            "turn": rows["turn"],
-            "content_id": cids,
-            "file": [relative_path(c) for c in cids],
-            "seq_len": rows["seq_len"],
-            "sha256": [hashes[c] for c in cids],
-        },
-        schema=INDEX_SCHEMA,
-    )
-    write_parquet(index, folder / INDEX_FILE)
-    return index
-
-
-def write_manifest(
-    verifier: dict, layer_ids: list[int], hidden_size: int, feature_dtype: str, files: int, tokens: int, folder: Path
-) -> dict:
-    """``manifest.json``: the verifier (``backend.describe``) and layers the files hold, and their format."""
-    manifest = {
-        "verifier": verifier,
-        "layer_ids": layer_ids,
-        "aux_layer_ids": layer_ids[:-1],
-        "final_layer_id": layer_ids[-1],
-        "hidden_size": hidden_size,
-        "dtype": feature_dtype,
-        "format": FORMATS[feature_dtype],
-        "files": files,
-        "tokens": tokens,
-    }
-    write_json(manifest, folder / MANIFEST_FILE)
-    return manifest

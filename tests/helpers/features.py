@@ -13,6 +13,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
+from eagle_assets.core.layout import MANIFEST_FILE, current_folder, index_file, sequences_file
 from eagle_assets.hidden_states import asset as hs_family
 from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import Verifier
@@ -34,7 +35,7 @@ def write_token_sequences(storage_root, tiny_verifier, prompts: int, steps: int)
         resources={"storage": storage_root, "verifier": verifier_for(tiny_verifier)},
     )
     assert result.success
-    return pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet")
+    return pq.read_table(sequences_file(storage_root.root, PARTITION))
 
 
 def materialize_hidden_states(storage_root, verifier, config=None):
@@ -54,7 +55,18 @@ def metadata(result) -> dict:
 
 
 def folder(storage_root):
+    """The hidden_states partition folder: its ``tensors/``, and what the index's ``file`` paths are relative to."""
     return storage_root.path("hidden_states", PARTITION)
+
+
+def index_path(storage_root) -> Path:
+    """The current hidden-state index."""
+    return index_file(storage_root.root, PARTITION)
+
+
+def manifest(storage_root) -> dict:
+    """The current hidden-state manifest."""
+    return json.loads((current_folder(folder(storage_root)) / MANIFEST_FILE).read_text())
 
 
 # The random features' shape: a head-only 4-layer verifier, two partitions.

@@ -1,8 +1,8 @@
 """Random features in the storage layout, for tests and benchmarks of the training path.
 
 Writes exactly what the ``prompts`` (ids, splits), ``token_sequences`` and ``hidden_states`` assets
-write (see DESIGN's contracts), with random tokens and random bf16 hidden states, plus a *head-only*
-verifier folder:
+write (see DESIGN's contracts), each table published as the partition's current version, with random
+tokens and random bf16 hidden states, plus a *head-only* verifier folder:
 ``config.json`` and a ``model.safetensors`` holding only ``model.embed_tokens.weight``,
 ``lm_head.weight`` and ``model.norm.weight`` -- all that speculators reads from a verifier to train
 a draft. Nothing here produces a usable draft; it exercises the machinery at a chosen shape.
@@ -20,9 +20,19 @@ import torch
 from safetensors.torch import save_file
 
 from eagle_assets.backends import verifier_identity
-from eagle_assets.core.files import atomic_path, write_json, write_parquet
-from eagle_assets.core.layout import INDEX_FILE, LAST_TURN_ONLY, SEQUENCES_FILE, TRAIN, prompts_file
+from eagle_assets.core.files import atomic_path, combined_hash, publish_version, write_parquet
+from eagle_assets.core.layout import (
+    HIDDEN_STATES,
+    LAST_TURN_ONLY,
+    PROMPTS,
+    PROMPTS_FILE,
+    SEQUENCES_FILE,
+    TOKEN_SEQUENCES,
+    TRAIN,
+    asset_folder,
+)
 from eagle_assets.hidden_states.files import INDEX_SCHEMA, content_id, encode_sample, write_sample
+from eagle_assets.hidden_states.index import manifest_of, publish_index
 from eagle_assets.prompts.records import PROMPTS_SCHEMA
 from eagle_assets.prompts.splits import group_id, split_for
 from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA
@@ -43,6 +53,17 @@ def write_head_only_verifier(folder: Path, config, seed: int = 0, device: str = 
     with atomic_path(folder / "model.safetensors") as tmp:
         save_file({k: v.cpu().contiguous() for k, v in tensors.items()}, str(tmp))
     return folder
+
+
+def publish_table(root: Path, asset: str, partition: str, name: str, table: pa.Table) -> Path:
+    """Publish ``table`` as the file ``name`` of a new current version of ``asset[partition]``, the version
+    named by the table's content (its Arrow stream); returns the file's path."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    version = combined_hash([sink.getvalue().to_pybytes()])[:16]
+    folder = asset_folder(root, asset, partition)
+    return publish_version(folder, version, lambda tmp: write_parquet(table, tmp / name)) / name
 
 
 def write_random_features(
@@ -74,8 +95,7 @@ def write_random_features(
     rng = np.random.default_rng(seed)
     identity = verifier_identity(verifier_path)
     gen = torch.Generator(device=device).manual_seed(seed)
-    seq_folder = Path(root) / "token_sequences" / partition
-    hs_folder = Path(root) / "hidden_states" / partition
+    hs_folder = asset_folder(root, HIDDEN_STATES, partition)
     (hs_folder / "tensors").mkdir(parents=True, exist_ok=True)
     distinct = num_rows if distinct_rows is None else max(1, min(distinct_rows, num_rows))
     seq_rows, index_rows, prompt_rows = [], [], []
@@ -129,9 +149,9 @@ def write_random_features(
                 "sha256": sha,
             }
         )
-    write_parquet(pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA), prompts_file(root, partition))
-    write_parquet(pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA), seq_folder / SEQUENCES_FILE)
-    write_parquet(pa.Table.from_pylist(index_rows, schema=INDEX_SCHEMA), hs_folder / INDEX_FILE)
+    publish_table(root, PROMPTS, partition, PROMPTS_FILE, pa.Table.from_pylist(prompt_rows, schema=PROMPTS_SCHEMA))
+    sequences = pa.Table.from_pylist(seq_rows, schema=SEQUENCES_SCHEMA)
+    publish_table(root, TOKEN_SEQUENCES, partition, SEQUENCES_FILE, sequences)
     config = json.loads((Path(verifier_path) / "config.json").read_text())
     verifier = {
         "backend": "transformers",
@@ -141,14 +161,8 @@ def write_random_features(
         "hidden_size": hidden_size,
         "vocab_size": config["vocab_size"],
     }
-    write_json(
-        {
-            "verifier": verifier,
-            "layer_ids": list(layer_ids),
-            "aux_layer_ids": list(layer_ids[:-1]),
-            "final_layer_id": layer_ids[-1],
-            "hidden_size": hidden_size,
-            "dtype": feature_dtype,
-        },
-        hs_folder / "manifest.json",
+    files = len({row["content_id"] for row in index_rows})
+    manifest = manifest_of(
+        verifier, list(layer_ids), hidden_size, feature_dtype, files, sum(sequences["seq_len"].to_pylist())
     )
+    publish_index(hs_folder, pa.Table.from_pylist(index_rows, schema=INDEX_SCHEMA), manifest)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from eagle_assets.core.layout import current_folder
 from eagle_assets.eagle3_checkpoint.saved import verifier_mismatches
 from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, build_training_data
 from tests.helpers.features import HIDDEN, PARTITIONS, VOCAB, copy_storage
@@ -77,7 +78,7 @@ def test_checkpoint_asset_trains_on_cpu_and_checks_what_it_learned(random_featur
     assert model.d2t.shape == (64,) and model.t2d.shape == (VOCAB,) and int(model.t2d.sum()) == 64
 
     # A verifier captured at other layers no longer matches the kept checkpoint: the check fails.
-    manifest_path = root / "hidden_states" / "demo" / "manifest.json"
+    manifest_path = current_folder(root / "hidden_states" / "demo") / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest_path.write_text(json.dumps({**manifest, "layer_ids": [0, 2, 3, 4]}))
     # The training run's checks alone (dg.materialize takes no partition_key for a checks-only selection).

@@ -3,7 +3,6 @@ run the very same code with ``cuda:N`` devices."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,7 +23,15 @@ from eagle_assets.hidden_states.files import SampleWriter, check_sample, load_sa
 from eagle_assets.hidden_states.parallel import ExtractionWorkerFailed, extract_on_devices
 from eagle_assets.plugin_manager import pm
 from eagle_assets.plugins.transformers_backend import TransformersBackend
-from tests.helpers.features import folder, materialize_hidden_states, metadata, verifier_for, write_token_sequences
+from tests.helpers.features import (
+    folder,
+    index_path,
+    manifest,
+    materialize_hidden_states,
+    metadata,
+    verifier_for,
+    write_token_sequences,
+)
 from tests.helpers.processes import kill_group
 
 TWO_CPU_WORKERS = ["cpu", "cpu"]
@@ -32,9 +39,8 @@ TWO_CPU_WORKERS = ["cpu", "cpu"]
 
 def written_state(root):
     """What a hidden_states run leaves: index rows, tensor files by name and hash, the manifest."""
-    base = folder(root)
-    files = {p.name: file_sha256(p) for p in sorted((base / "tensors").iterdir())}
-    return pq.read_table(base / "index.parquet").to_pylist(), files, json.loads((base / "manifest.json").read_text())
+    files = {p.name: file_sha256(p) for p in sorted((folder(root) / "tensors").iterdir())}
+    return pq.read_table(index_path(root)).to_pylist(), files, manifest(root)
 
 
 def test_two_cpu_workers_write_exactly_what_one_process_writes(storage_root, tiny_verifier, tmp_path):
@@ -113,7 +119,7 @@ def test_a_failing_worker_fails_the_step_with_its_error_and_keeps_whole_files(st
         error = error.cause
     assert "ExtractionWorkerFailed" in text and "extraction worker" in text and "on cpu failed" in text
     assert "hidden_states contain NaN/Inf" in text and "row " in text
-    assert not (folder(storage_root) / "index.parquet").exists()
+    assert not index_path(storage_root).exists()  # nothing published
 
     kept = sorted((folder(storage_root) / "tensors").glob("*.safetensors"))
     for path in kept:  # whatever either worker renamed into place is whole and right

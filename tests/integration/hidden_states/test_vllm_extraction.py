@@ -9,7 +9,6 @@ of the session's tiny-kimi server.
 
 from __future__ import annotations
 
-import json
 import os
 
 import pyarrow.parquet as pq
@@ -19,7 +18,7 @@ import torch
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.hidden_states.files import load_sample
 from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
-from tests.helpers.features import folder
+from tests.helpers.features import folder, index_path, manifest
 
 # The same computation by two implementations (vLLM's kernels in bf16, transformers in fp32, both
 # stored as bf16): per captured layer, the mean cosine over tokens and the worst token's (bf16
@@ -75,13 +74,12 @@ def test_resume_after_kill_during_vllm_extraction_duplicates_nothing(killed_then
 def test_the_asset_names_the_vllm_backend_and_its_engine(killed_then_resumed):
     meta = killed_then_resumed["metadata"]
     assert meta["backend"] == "vllm" and meta["engine_load_s"] > 0 and meta["tensor_parallel_size"] == 1
-    manifest = json.loads((folder(killed_then_resumed["storage"]) / "manifest.json").read_text())
-    assert manifest["verifier"]["backend"] == "vllm"
+    assert manifest(killed_then_resumed["storage"])["verifier"]["backend"] == "vllm"
 
 
 def test_vllm_states_match_transformers_on_the_tiny_qwen3_verifier(killed_then_resumed, tiny_verifier):
     storage = killed_then_resumed["storage"]
-    index = pq.read_table(folder(storage) / "index.parquet").to_pylist()[:8]
+    index = pq.read_table(index_path(storage)).to_pylist()[:8]
     stored = {row["file"]: load_sample(folder(storage) / row["file"]) for row in index}
     layer_ids = killed_then_resumed["metadata"]["layer_ids"]
     assert layer_ids == [1, 2, 3, 4]  # aux spread + the final id n, captured before the final norm

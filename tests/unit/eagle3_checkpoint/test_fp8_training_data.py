@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle_assets.core.layout import current_folder
 from eagle_assets.eagle3_checkpoint.training_data import TrainingDataError, build_training_data
 from tests.helpers.synthetic import write_head_only_verifier, write_random_features
 
@@ -70,7 +71,7 @@ def test_fp8_training_folder_reads_back_through_speculators_and_never_mixes_dtyp
     assert 0 < error < 0.05  # e4m3 (3 mantissa bits, per-token scale) on random normal states
     assert torch.isfinite(loaded["fp8"]).all()
 
-    manifest = tmp_path / "fp8" / "hidden_states" / "demo" / "manifest.json"
+    manifest = current_folder(tmp_path / "fp8" / "hidden_states" / "demo") / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "dtype": "bfloat16"}))
     with pytest.raises(TrainingDataError, match=r"holds fp8 hidden states but manifest.json says bfloat16"):
         build_training_data(tmp_path / "fp8", ["demo"], tmp_path / "work-2")

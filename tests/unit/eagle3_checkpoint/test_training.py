@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from eagle_assets.backends import VerifierBackend
-from eagle_assets.core.files import file_sha256, hash_of_model_files, model_file_hashes
+from eagle_assets.core.files import file_sha256, hash_of_model_files, model_file_hashes, publish_version
+from eagle_assets.core.layout import HIDDEN_STATES, INDEX_FILE, SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder
 from eagle_assets.eagle3_checkpoint import trainer
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
 from eagle_assets.eagle3_checkpoint.training import (
@@ -39,13 +40,10 @@ class Log:
 
 
 def features_of(root: Path, partition: str, *, sequences=True, index=True) -> None:
-    for present, path in (
-        (sequences, "token_sequences/{}/sequences.parquet"),
-        (index, "hidden_states/{}/index.parquet"),
-    ):
+    """Empty current versions of the token_sequences and hidden_states files (only their presence counts)."""
+    for present, asset, name in ((sequences, TOKEN_SEQUENCES, SEQUENCES_FILE), (index, HIDDEN_STATES, INDEX_FILE)):
         if present:
-            (root / path.format(partition)).parent.mkdir(parents=True, exist_ok=True)
-            (root / path.format(partition)).write_bytes(b"")
+            publish_version(asset_folder(root, asset, partition), "0" * 16, lambda tmp, name=name: (tmp / name).touch())
 
 
 def test_partitions_are_the_requested_ones_or_every_one_with_features(tmp_path):
@@ -108,7 +106,7 @@ def test_planning_refuses_features_of_another_verifier_and_a_vocabulary_too_larg
         )
     with pytest.raises(
         CheckpointTrainingError,
-        match=r"token_sequences/missing/sequences\.parquet is missing: materialize token_sequences",
+        match=r"token_sequences/missing/versions/unpublished/sequences\.parquet is missing: materialize token_sequences",
     ):
         plan_training(root, ["missing"], tmp_path / "w", BACKEND, verifier, TrainingSettings(), Log())
 

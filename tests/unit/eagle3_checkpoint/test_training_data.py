@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from eagle_assets.core.files import write_parquet
+from eagle_assets.core.layout import index_file, sequences_file
 from eagle_assets.eagle3_checkpoint.training_data import TrainingDataError, build_training_data
 from tests.helpers.features import HIDDEN, PARTITIONS, copy_storage
 
@@ -36,7 +37,7 @@ def test_training_folder_links_tensors_and_speculators_reads_it(random_features,
     rows = {r["prompt_id"] for r in pq.read_table(data.path / "rows.parquet").to_pylist()}
     expected: dict[int, int] = {}
     for partition in PARTITIONS:
-        for r in pq.read_table(root / "token_sequences" / partition / "sequences.parquet").to_pylist():
+        for r in pq.read_table(sequences_file(root, partition)).to_pylist():
             if r["prompt_id"] in rows:
                 for token, m in zip(r["input_ids"], r["loss_mask"], strict=True):
                     if m:
@@ -74,8 +75,8 @@ def test_synthetic_features_have_the_assets_schemas_and_load_without_dagster(ran
     from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA
 
     root, _ = random_features
-    assert pq.read_schema(root / "token_sequences" / "demo" / "sequences.parquet") == SEQUENCES_SCHEMA
-    assert pq.read_schema(root / "hidden_states" / "demo" / "index.parquet") == INDEX_SCHEMA
+    assert pq.read_schema(sequences_file(root, "demo")) == SEQUENCES_SCHEMA
+    assert pq.read_schema(index_file(root, "demo")) == INDEX_SCHEMA
     # Benchmarks write features with it outside any code location (from the repository root, as they run):
     # Dagster must stay out of its imports.
     loaded = subprocess.run(
@@ -92,7 +93,7 @@ def test_training_folder_rejects_inconsistent_features(random_features, tmp_path
     root = copy_storage(random_features[0], tmp_path / "storage")
     with pytest.raises(TrainingDataError, match="materialize token_sequences for partition 'missing'"):
         build_training_data(root, ["missing"], tmp_path / "work")
-    index_path = root / "hidden_states" / "demo" / "index.parquet"
+    index_path = index_file(root, "demo")
     index = pq.read_table(index_path)
     wrong = index.set_column(
         index.schema.get_field_index("seq_len"), "seq_len", [[v + 1 for v in index["seq_len"].to_pylist()]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -23,7 +22,15 @@ from eagle_assets.hidden_states.files import (
     dequantized,
     load_sample,
 )
-from tests.helpers.features import folder, materialize_hidden_states, metadata, verifier_for, write_token_sequences
+from tests.helpers.features import (
+    folder,
+    index_path,
+    manifest,
+    materialize_hidden_states,
+    metadata,
+    verifier_for,
+    write_token_sequences,
+)
 from tests.helpers.processes import kill_group
 from tests.helpers.upstream import PARTITION
 
@@ -50,13 +57,13 @@ def test_states_equal_a_direct_forward_pass_and_load_in_speculators(
     result = materialize_hidden_states(storage_root, verifier)
     assert result.success
     meta = metadata(result)
-    index = pq.read_table(folder(storage_root) / "index.parquet")
+    index = pq.read_table(index_path(storage_root))
     assert index.schema == INDEX_SCHEMA and index.num_rows == sequences.num_rows
-    manifest = json.loads((folder(storage_root) / "manifest.json").read_text())
-    layer_ids = manifest["layer_ids"]
-    assert layer_ids == [1, 2, 3, 4] and manifest["dtype"] == feature_dtype  # 4-layer defaults, final last
+    stored_manifest = manifest(storage_root)
+    layer_ids = stored_manifest["layer_ids"]
+    assert layer_ids == [1, 2, 3, 4] and stored_manifest["dtype"] == feature_dtype  # 4-layer defaults, final last
     assert meta["tokens"] == sum(sequences["seq_len"].to_pylist()) == meta["new_tokens"]
-    hidden = manifest["hidden_size"]
+    hidden = stored_manifest["hidden_size"]
     # fp8: one byte per value + a 4-byte scale per token: <= 0.51x of bf16 for any H >= 64.
     assert meta["bytes_per_token"] == {"bfloat16": 4 * hidden * 2 + 8, "fp8": 4 * hidden + 4 + 8}[feature_dtype]
     assert meta["feature_dtype"] == feature_dtype
@@ -113,25 +120,29 @@ def test_bf16_and_fp8_files_are_never_reused_for_each_other(storage_root, tiny_v
     sequences = write_token_sequences(storage_root, tiny_verifier, prompts=4, steps=1)
     ids = sequences["input_ids"].to_pylist()[0]
     assert content_id(ids, "v", [1, 2], "bfloat16") != content_id(ids, "v", [1, 2], "fp8")
-    files = {}
+    files, indexes = {}, {}
     for dtype in ("bfloat16", "fp8"):
         result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, feature_dtype=dtype))
         assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
         meta = metadata(result)
         assert meta["files_reused"] == 0 and meta["files_written"] == meta["files"]  # nothing of the other dtype
-        files[dtype] = set(pq.read_table(folder(storage_root) / "index.parquet")["file"].to_pylist())
-        assert json.loads((folder(storage_root) / "manifest.json").read_text())["dtype"] == dtype
+        files[dtype] = set(pq.read_table(index_path(storage_root))["file"].to_pylist())
+        assert manifest(storage_root)["dtype"] == dtype
+        indexes[dtype] = (index_path(storage_root), index_path(storage_root).read_bytes())
     assert not files["bfloat16"] & files["fp8"]
     assert all(SCALES_KEY in load_sample(folder(storage_root) / f) for f in files["fp8"])
     back = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, feature_dtype="bfloat16"))
     assert metadata(back)["files_written"] == 0  # its own bf16 files again, untouched by the fp8 run
-    assert set(pq.read_table(folder(storage_root) / "index.parquet")["file"].to_pylist()) == files["bfloat16"]
+    assert set(pq.read_table(index_path(storage_root))["file"].to_pylist()) == files["bfloat16"]
+    # Each materialization's index is its own version, never rewritten: the bf16 one is current again.
+    assert index_path(storage_root) == indexes["bfloat16"][0] != indexes["fp8"][0]
+    assert all(path.read_bytes() == stored for path, stored in indexes.values())
 
 
 def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifier):
     write_token_sequences(storage_root, tiny_verifier, prompts=3, steps=1)
     assert materialize_hidden_states(storage_root, verifier_for(tiny_verifier)).success
-    entry = pq.read_table(folder(storage_root) / "index.parquet").to_pylist()[0]
+    entry = pq.read_table(index_path(storage_root)).to_pylist()[0]
     path = folder(storage_root) / entry["file"]
     stored = load_sample(path)
     stored["hidden_states"][0, 0, 0] += 1  # a silent edit after indexing
@@ -196,7 +207,7 @@ def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, t
     assert meta["files_reused"] == len(finished) and meta["files_written"] == distinct - len(finished)
     assert not list(tensors.glob(".*.tmp"))  # the killed run's half-written temporary is gone
     assert {p.name: p.stat().st_mtime_ns for p in finished} == before  # finished files were not rewritten
-    for row in pq.read_table(folder(storage_root) / "index.parquet").to_pylist():
+    for row in pq.read_table(index_path(storage_root)).to_pylist():
         assert file_sha256(folder(storage_root) / row["file"]) == row["sha256"]
 
 

@@ -8,17 +8,19 @@ import pyarrow.parquet as pq
 from safetensors.torch import save_file
 
 from eagle_assets.core.files import write_parquet
+from eagle_assets.core.layout import MANIFEST_FILE, current_folder
 from eagle_assets.hidden_states.checks import files_match_rows_result, sampled_file_problems
 from eagle_assets.hidden_states.extract import extract_hidden_states
 from eagle_assets.hidden_states.files import load_sample
+from tests.helpers.synthetic import publish_table
 from tests.unit.hidden_states.test_extract import ROWS, FakeBackend, Log, sequences, settings
 
 
 def extracted(tmp_path):
-    folder, source = tmp_path / "hidden_states" / "demo", tmp_path / "token_sequences" / "demo" / "sequences.parquet"
-    write_parquet(sequences(), source)
-    extract_hidden_states(sequences(), folder, FakeBackend(), settings(), Log())
-    return folder, source, pq.read_table(folder / "index.parquet").to_pylist()
+    folder = tmp_path / "hidden_states" / "demo"
+    source = publish_table(tmp_path, "token_sequences", "demo", "sequences.parquet", sequences())
+    done = extract_hidden_states(sequences(), folder, FakeBackend(), settings(), Log())
+    return folder, source, pq.read_table(done.folder / "index.parquet").to_pylist()
 
 
 def test_intact_files_pass_and_the_sample_is_bounded(tmp_path):
@@ -53,8 +55,8 @@ def test_other_tokens_and_another_dtype_than_the_manifest_are_problems(tmp_path)
     folder, source, index = extracted(tmp_path)
     # The row's tokens changed in token_sequences after extraction.
     write_parquet(sequences([("p0", [1, 2, 3]), *ROWS[1:]]), source)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    (folder / "manifest.json").write_text(json.dumps({**manifest, "dtype": "fp8"}))
+    manifest_path = current_folder(folder) / MANIFEST_FILE
+    manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "dtype": "fp8"}))
     _, problems = sampled_file_problems(folder, source)
     assert f"{index[0]['file']} holds other tokens than row p0 of token_sequences" in problems
     assert f"{index[1]['file']} is not stored as fp8, the dtype manifest.json records" in problems

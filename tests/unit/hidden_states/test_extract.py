@@ -15,9 +15,16 @@ import torch
 
 from eagle_assets.backends import SampleTensors, VerifierBackend
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
-from eagle_assets.core.files import combined_hash, file_sha256, write_parquet
+from eagle_assets.core.files import file_sha256
+from eagle_assets.core.layout import (
+    CURRENT_FILE,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    VERSIONS_DIR,
+    current_folder,
+    sequences_file,
+)
 from eagle_assets.hidden_states.extract import (
-    FORMATS,
     ExtractionProgress,
     ExtractionSettings,
     HiddenStatesInputError,
@@ -28,6 +35,8 @@ from eagle_assets.hidden_states.extract import (
     select_rows,
 )
 from eagle_assets.hidden_states.files import INDEX_SCHEMA, SCALES_KEY, content_id, load_sample, relative_path
+from eagle_assets.hidden_states.index import FORMATS, features_version
+from tests.helpers.synthetic import publish_table
 
 HIDDEN, LAYERS = 8, 4
 ROWS = [
@@ -102,17 +111,16 @@ def settings(**kw) -> ExtractionSettings:
 
 
 def test_select_rows_reads_every_row_or_those_of_the_chosen_splits(tmp_path):
-    source = tmp_path / "token_sequences" / "demo" / "sequences.parquet"
     with pytest.raises(HiddenStatesInputError, match=r"materialize token_sequences\[demo\] first"):
-        select_rows(source, tmp_path, "demo")
-    write_parquet(sequences(), source)
+        select_rows(sequences_file(tmp_path, "demo"), tmp_path, "demo")
+    source = publish_table(tmp_path, "token_sequences", "demo", "sequences.parquet", sequences())
     assert select_rows(source, tmp_path, "demo")["prompt_id"].to_pylist() == ["p0", "p1", "p2", "p3"]
     with pytest.raises(HiddenStatesInputError, match="materialize prompts for partition 'demo' first"):
         select_rows(source, tmp_path, "demo", ["train"])
     prompts = pa.table(
         {"prompt_id": ["p0", "p1", "p2"], "split": ["train", "heldout", "validation"], "group_id": ["a", "b", "c"]}
     )
-    write_parquet(prompts, tmp_path / "prompts" / "demo" / "prompts.parquet")
+    publish_table(tmp_path, "prompts", "demo", "prompts.parquet", prompts)
     # p3 is in no current split: never selected by split.
     chosen = select_rows(source, tmp_path, "demo", ["train", "validation"])
     assert chosen["prompt_id"].to_pylist() == ["p0", "p2"]
@@ -145,7 +153,9 @@ def test_extraction_writes_one_file_per_distinct_row_its_index_and_manifest(tmp_
     # Progress carries the totals of what there was to extract.
     assert seen[-1] == ExtractionProgress(3, 9, 3, 9, seen[-1].elapsed_s) and len(seen) == 3
 
-    index = pq.read_table(folder / "index.parquet")
+    # The index and manifest are a version folder of their own, named by their content, and current.
+    assert done.folder == folder / VERSIONS_DIR / done.data_version == current_folder(folder)
+    index = pq.read_table(done.folder / INDEX_FILE)
     assert index.schema == INDEX_SCHEMA
     rows = index.to_pylist()
     assert [r["prompt_id"] for r in rows] == ["p0", "p1", "p2", "p3"]
@@ -158,10 +168,8 @@ def test_extraction_writes_one_file_per_distinct_row_its_index_and_manifest(tmp_
         assert stored["token_ids"].tolist() == ids and SCALES_KEY not in stored
         assert stored["hidden_states"].shape == (len(ids), LAYERS, HIDDEN)
         assert float(stored["hidden_states"][0, 1, 0]) == pytest.approx(ids[0] + 0.2, abs=0.05)
-    hashes = {r["content_id"]: r["sha256"] for r in rows}
-    assert done.data_version == combined_hash(f"{c}:{hashes[c]}" for c in sorted(hashes))[:16]
-
-    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest = json.loads((done.folder / MANIFEST_FILE).read_text())
+    assert done.data_version == features_version(index, manifest)
     assert manifest == {
         "verifier": backend.describe(Path("/nowhere")),
         "layer_ids": layer_ids,
@@ -180,16 +188,17 @@ def test_extraction_writes_one_file_per_distinct_row_its_index_and_manifest(tmp_
 def test_a_second_extraction_reuses_every_file_and_indexes_what_a_killed_one_left(tmp_path):
     folder = tmp_path / "hidden_states" / "demo"
     first = extract_hidden_states(sequences(ROWS[:2]), folder, FakeBackend(), settings(), Log())
-    index_before = pq.read_table(folder / "index.parquet").to_pylist()
-    # A killed extraction: its files are in place, its index never written; and a half-written temporary.
-    (folder / "index.parquet").unlink()
+    index_before = pq.read_table(first.folder / INDEX_FILE).to_pylist()
+    # A killed extraction: its files are in place, its index never published; and a half-written temporary.
+    shutil.rmtree(folder / VERSIONS_DIR)
+    (folder / CURRENT_FILE).unlink()
     (folder / "tensors" / ".half.safetensors.tmp").write_bytes(b"partial")
     backend, log = FakeBackend(), Log()
     again = extract_hidden_states(sequences(), folder, backend, settings(), log)
     assert backend.extracted == [(3, content_id(ROWS[3][1], "fake-verifier", [1, 2, 3, 4]))]  # only p3 is new
     assert (again.files, again.files_written, again.files_reused, again.new_tokens) == (3, 1, 2, 4)
     assert "1 stale temporaries removed" in log.lines[0] and not list((folder / "tensors").glob(".*.tmp"))
-    index = pq.read_table(folder / "index.parquet").to_pylist()
+    index = pq.read_table(again.folder / INDEX_FILE).to_pylist()
     assert index[:2] == index_before  # the hashes of the killed extraction's files, read back from disk
     assert again.data_version != first.data_version
 
@@ -197,6 +206,27 @@ def test_a_second_extraction_reuses_every_file_and_indexes_what_a_killed_one_lef
     third = extract_hidden_states(sequences(), folder, untouched, settings(), Log())
     assert untouched.extracted == [] and third.files_written == 0 and third.tokens_per_s == 0.0
     assert third.data_version == again.data_version and third.engine_facts == {}
+    assert third.folder == again.folder == current_folder(folder)
+
+
+def test_each_extraction_publishes_a_version_and_rewrites_no_earlier_one(tmp_path):
+    """The same files under another row mapping, or another verifier description, is another version;
+    an earlier version's index and manifest stay byte for byte as they were."""
+    folder = tmp_path / "hidden_states" / "demo"
+    whole = extract_hidden_states(sequences(), folder, FakeBackend(), settings(), Log())
+    stored = {p.name: p.read_bytes() for p in whole.folder.iterdir()}
+    # p2 shares p0's file: the same distinct files, indexed for other rows.
+    fewer = extract_hidden_states(
+        sequences([r for r in ROWS if r[0] != "p2"]), folder, FakeBackend(), settings(), Log()
+    )
+    assert fewer.files == whole.files and fewer.data_version != whole.data_version
+    moved = extract_hidden_states(sequences(), folder, FakeBackend(), settings(model_path=Path("/moved")), Log())
+    assert moved.files_written == 0 and moved.data_version not in (whole.data_version, fewer.data_version)
+    assert current_folder(folder) == moved.folder
+    assert sorted(p.name for p in (folder / VERSIONS_DIR).iterdir()) == sorted(
+        v.data_version for v in (whole, fewer, moved)
+    )
+    assert {p.name: p.read_bytes() for p in whole.folder.iterdir()} == stored
 
 
 def test_fp8_files_are_other_files_with_their_scales(tmp_path):
@@ -205,9 +235,10 @@ def test_fp8_files_are_other_files_with_their_scales(tmp_path):
     bf16 = extract_hidden_states(sequences(), folder, FakeBackend(), settings(), Log())
     fp8 = extract_hidden_states(sequences(), folder, FakeBackend(), settings(feature_dtype="fp8"), Log())
     assert fp8.files_written == 3 and fp8.bytes_per_token == LAYERS * HIDDEN + 4 + 8 < bf16.bytes_per_token
-    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest = json.loads((fp8.folder / MANIFEST_FILE).read_text())
     assert manifest["dtype"] == "fp8" and manifest["format"] == FORMATS["fp8"]
-    for row in pq.read_table(folder / "index.parquet").to_pylist():
+    assert fp8.folder != bf16.folder and (bf16.folder / INDEX_FILE).exists()
+    for row in pq.read_table(fp8.folder / INDEX_FILE).to_pylist():
         assert SCALES_KEY in load_sample(folder / row["file"])
 
 
@@ -216,7 +247,7 @@ def test_not_enough_disk_stops_before_the_verifier_is_loaded(tmp_path):
     folder = tmp_path / "hidden_states" / "demo"
     with pytest.raises(NotEnoughDisk, match="3 files, 9 tokens"):
         extract_hidden_states(sequences(), folder, backend, settings(disk_headroom_gb=1e9), Log())
-    assert backend.extracted == [] and not (folder / "tensors").exists() and not (folder / "index.parquet").exists()
+    assert backend.extracted == [] and not (folder / "tensors").exists() and not (folder / VERSIONS_DIR).exists()
 
 
 def test_progress_log_logs_every_few_seconds_and_at_the_end():
