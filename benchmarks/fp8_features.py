@@ -26,7 +26,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 
-from eagle_assets.core.layout import INDEX_FILE
+from eagle_assets.core.layout import INDEX_FILE, current_folder
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import run_demo, summarize
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
@@ -45,8 +45,8 @@ def run_metadata(runs: list, asset: str) -> dict:
 
 
 def measured_bytes_per_token(folder: Path) -> tuple[float, int, int]:
-    """(bytes per token, bytes, tokens) over the distinct files the partition's index names now."""
-    index = pq.read_table(folder / INDEX_FILE, columns=["file", "seq_len"]).to_pylist()
+    """(bytes per token, bytes, tokens) over the distinct files the partition's current index names."""
+    index = pq.read_table(current_folder(folder) / INDEX_FILE, columns=["file", "seq_len"]).to_pylist()
     files = {row["file"]: row["seq_len"] for row in index}
     size = sum((folder / name).stat().st_size for name in files)
     tokens = sum(files.values())

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.core.layout import REASONING_SAMPLES, TRAIN, asset_folder, prompts_file, sequences_file
+from eagle_assets.core.layout import TRAIN, prompts_file, samples_folder, sequences_file
 from eagle_assets.core.shards import latest_rows, shard_paths
 
 # Assumed when nothing is materialized: ~3K tokens per regenerated reasoning sample.
@@ -68,7 +68,7 @@ def measure_token_stats(root: Path, partitions: list[str], prompts: int | None =
             train += int(pc.sum(pc.equal(splits, TRAIN)).as_py() or 0)
             prompt_bytes += prompts_table.stat().st_size
             found_prompts.append(partition)
-        shards = shard_paths(asset_folder(root, REASONING_SAMPLES, partition))
+        shards = shard_paths(samples_folder(root, partition))
         if shards:
             columns = ["prompt_id", "turn", "status", "prompt_tokens", "completion_tokens"]
             rows = latest_rows(

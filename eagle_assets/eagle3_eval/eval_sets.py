@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from eagle_assets.core.layout import EVAL_ROWS_FILE, HELDOUT, TRAINING_FILE, prompts_file
+from eagle_assets.core.layout import EVAL_ROWS_FILE, HELDOUT, TRAINING_FILE, prompts_file, samples_folder
 from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
 from eagle_assets.reasoning_samples.variants import assign_variant, read_variants
 
@@ -83,7 +83,7 @@ def heldout_set(name: str, root: Path, partitions: list[str], limit: int, traine
         if "group_id" not in table.column_names:
             raise EvalSetError(f"{path} predates problem groups: re-materialize prompts for partition '{partition}'")
         # Each prompt is asked in the sampling variant its partition's capture would give it.
-        variants = read_variants(Path(root) / "reasoning_samples" / partition)
+        variants = read_variants(samples_folder(root, partition))
         rows += [
             {**r, "variant": assign_variant(r["prompt_id"], variants)}
             for r in table.select(["prompt_id", "messages", "split", "group_id"]).to_pylist()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_assets.core.layout import prompts_file
+from eagle_assets.core.layout import PROMPTS, PROMPTS_FILE
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
 from tests.helpers.http import LocalServer, Reply
 
@@ -39,19 +39,16 @@ def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
 def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) -> None:
     """A prompts table of (prompt_id, split, group_id) rows, with the columns eagle3_eval reads."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    path = prompts_file(root, partition)
-    path.parent.mkdir(parents=True)
-    pq.write_table(
-        pa.Table.from_pylist(
-            [
-                {"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
-                for pid, split, group in rows
-            ]
-        ),
-        path,
+    from tests.helpers.synthetic import publish_table
+
+    table = pa.Table.from_pylist(
+        [
+            {"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
+            for pid, split, group in rows
+        ]
     )
+    publish_table(root, PROMPTS, partition, PROMPTS_FILE, table)
 
 
 def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from eagle_assets.core.files import write_json, write_parquet
-from eagle_assets.core.layout import prompts_file
+from eagle_assets.core.layout import PROMPTS, PROMPTS_FILE
 from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,
     check_checkpoint,
@@ -22,6 +22,7 @@ from eagle_assets.eagle3_eval.plan import (
     set_label,
     training_partitions,
 )
+from tests.helpers.synthetic import publish_table
 
 
 class Log:
@@ -43,7 +44,7 @@ def write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) 
             for pid, split, group in rows
         ]
     )
-    write_parquet(table, prompts_file(root, partition))
+    publish_table(root, PROMPTS, partition, PROMPTS_FILE, table)
 
 
 def write_checkpoint(folder: Path, training_run: str | None, partitions: list[str], trained: list[tuple[str, str]]):
