@@ -49,11 +49,11 @@ SKIPPED_FILE = "skipped.json"
 # value of a ``turns: last`` row.
 TURN_MODES = ("last", "all")
 LAST_TURN_ONLY = -1
-# reasoning_samples: append-only shards, the quality classes of their rows, the turn mode and variants.
+# reasoning_samples, in a recipe's sample set: the recipe, append-only shards, and the quality classes of
+# their rows (quality-<time_ns>-<content hash>.parquet, one file per change of the classes; the newest counts).
+RECIPE_FILE = "recipe.json"
 SHARD_GLOB = "shard-*.parquet"
-QUALITY_FILE = "quality.parquet"
-TURNS_FILE = "turns.json"
-VARIANTS_FILE = "sampling_variants.json"
+QUALITY_GLOB = "quality-*.parquet"
 
 # token_sequences: the rows and the tokenization report (tokenizer, template hash, policy, drift).
 SEQUENCES_FILE = "sequences.parquet"

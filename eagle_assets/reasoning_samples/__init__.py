@@ -2,6 +2,8 @@
 OpenAI-compatible vLLM server with the exact tokens.
 
 * :mod:`.capture_partition` is the stage: which prompts (turns) still need a sample, and capturing them;
+* :mod:`.recipe` names what decides a sample (verifier, template, parser, sampling, variants, turns), and
+  :mod:`.sample_sets` keeps one sample set per recipe and says which one a materialization continues;
 * :mod:`.engine` sends :mod:`.requests` with bounded concurrency over one or more base URLs (:mod:`.chat_http`);
 * :mod:`.parsing` turns one chat-completion response into a sample row, :mod:`.quality` classifies it;
 * :mod:`.turns` says which assistant turns are asked, in what context (``turns: last | all``);

@@ -2,14 +2,13 @@
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field, field_validator
 
 from eagle_assets.capacity import asset_plan_metadata
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, REASONING_SAMPLES, SPLITS, asset_folder
+from eagle_assets.core.layout import PIPELINE, REASONING_SAMPLES, SPLITS, asset_folder, prompts_file, samples_folder
 from eagle_assets.prompts.splits import MissingPrompts
 from eagle_assets.reasoning_samples.capture_partition import CapturedPartition, CaptureSettings, capture_partition
 from eagle_assets.reasoning_samples.checks import (
@@ -19,13 +18,15 @@ from eagle_assets.reasoning_samples.checks import (
 )
 from eagle_assets.reasoning_samples.engine import ClientSettings, ServerUnavailable
 from eagle_assets.reasoning_samples.quality import QualityRules
+from eagle_assets.reasoning_samples.recipe import served_verifier
 from eagle_assets.reasoning_samples.requests import Sampling
+from eagle_assets.reasoning_samples.sample_sets import SettingsChanged
 from eagle_assets.reasoning_samples.variants import SamplingVariant, validate_variants
-from eagle_assets.resources import StorageRoot, VLLMServer
+from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 from eagle_assets.resources.server_lifecycle import VLLMServerError
 
 # Bump when the rows this asset writes for the same input would change.
-CODE_VERSION = "reasoning_samples-2"
+CODE_VERSION = "reasoning_samples-3"
 
 
 class SamplingVariantConfig(dg.Config):
@@ -76,7 +77,7 @@ class ReasoningSamplesConfig(dg.Config):
         "answer to the last user turn, with the dataset's earlier assistant turns in the context as they are. "
         "all: every turn, in order, each asked with the verifier's own earlier answers in the context (their "
         "thinking kept or dropped as its chat template does); one row per turn, and token_sequences supervises "
-        "each. Switching keeps both kinds of rows on disk; only the chosen kind is read downstream.",
+        "each. Part of the recipe: each mode's rows are a sample set of their own (see on_changed_settings).",
     )
     splits: list[str] = Field(
         default=list(SPLITS),
@@ -117,7 +118,15 @@ class ReasoningSamplesConfig(dg.Config):
         default_factory=list,
         description="Several ways of asking the verifier, each for a share of the prompts chosen by prompt id "
         "(e.g. thinking 0.75 and instant 0.25 with {enable_thinking: false}); empty: every prompt asked the same "
-        "way. Recorded per row and beside the samples; eagle3_eval reports acceptance per variant.",
+        "way. Recorded per row and in the recipe; eagle3_eval reports acceptance per variant.",
+    )
+    on_changed_settings: Literal["refuse", "new_sample_set"] = Field(
+        default="refuse",
+        description="When temperature, top_p, max_tokens, seed, chat_template_kwargs, sampling_variants or turns "
+        "differ from the current sample set's while it holds ok samples and no set of the new settings exists: "
+        "refuse (the failure names each change), or new_sample_set: start one, regenerating every prompt (the "
+        "current set stays on disk; setting them back later reuses it). A different verifier, tokenizer, chat "
+        "template or reasoning parser always gets a set of its own, and a set that exists is always reused.",
     )
 
     def quality_rules(self) -> QualityRules:
@@ -154,12 +163,18 @@ class ReasoningSamplesConfig(dg.Config):
         return value
 
 
-def _metadata(captured: CapturedPartition, settings: CaptureSettings, folder: Path) -> dict:
+def _metadata(captured: CapturedPartition, settings: CaptureSettings) -> dict:
+    recipe = captured.recipe
     return {
         "dagster/row_count": captured.samples.num_rows,
         **captured.counts,
-        "path": dg.MetadataValue.path(str(folder)),
+        "path": dg.MetadataValue.path(str(captured.folder)),
         "turns": settings.turns,
+        "recipe_id": recipe.recipe_id,
+        "recipe": dg.MetadataValue.json(recipe.as_dict()),
+        "chat_template_hash": recipe.verifier.chat_template_hash or "none",
+        "other_recipes": len(captured.other_recipes_rows),
+        "other_recipes_rows": sum(captured.other_recipes_rows.values()),
         **captured.quality,
         "quality_examples": dg.MetadataValue.md(captured.quality_examples),
         "quality_rules": dg.MetadataValue.json(settings.rules.as_dict()),
@@ -210,20 +225,25 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         config: ReasoningSamplesConfig,
         storage: StorageRoot,
         vllm_server: VLLMServer,
+        verifier: Verifier,
     ) -> dg.MaterializeResult:
         """The verifier's own reasoning and answer for every prompt of the partition, with exact tokens.
 
         One request per prompt to the vLLM server (reasoning parser on), up to `max_tokens` new
         tokens, `concurrency` in flight; with `turns: all`, one request per assistant turn, a
         conversation's turns in order, each with the verifier's own earlier answers in the context.
-        Rows are appended to Parquet shards as they finish; a re-materialization skips prompts (turns)
-        that already have an ok sample and retries the errors.
-        Every sample is then given a quality class by the current rules (`quality.parquet` beside
-        the shards; `eagle_assets.reasoning_samples.quality` says which class wins when several apply).
+        Rows are appended to Parquet shards as they finish, in the sample set of the generation recipe
+        (verifier, template, parser, sampling, variants, turns): `recipes/<recipe id>/`, named current
+        by `current.json`. A re-materialization of the same recipe skips prompts (turns) that already
+        have an ok sample and retries the errors; another verifier gets a set of its own, changed
+        sampling settings are refused unless `on_changed_settings: new_sample_set`.
+        Every sample is then given a quality class by the current rules (a quality file beside the
+        shards; `eagle_assets.reasoning_samples.quality` says which class wins when several apply).
         """
         name = context.partition_key
         settings = config.capture_settings()
         folder = asset_folder(storage.root, REASONING_SAMPLES, name)
+        verifier_facts = served_verifier(vllm_server, verifier)
         client = ClientSettings(
             concurrency=config.concurrency,
             request_timeout_s=config.request_timeout_s,
@@ -232,23 +252,27 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         )
         try:
             captured = capture_partition(
-                storage.path("prompts", name) / PROMPTS_FILE,
+                prompts_file(storage.root, name),
                 folder,
                 name,
                 settings,
                 client,
                 lambda: vllm_server.serve(log=context.log),
                 context.log,
-                reasoning_parser=vllm_server.reasoning_parser,
+                verifier=verifier_facts,
+                on_changed_settings=config.on_changed_settings,
             )
         except MissingPrompts as exc:
             raise dg.Failure(description=str(exc)) from None
+        except SettingsChanged as exc:
+            raise dg.Failure(description=f"reasoning_samples[{name}]: {exc}") from None
         except (ServerUnavailable, VLLMServerError) as exc:
             raise dg.Failure(
-                description=f"{exc}\nSamples finished so far are kept in {folder}; re-materialize to resume."
+                description=f"{exc}\nSamples finished so far are kept in {samples_folder(storage.root, name)}; "
+                "re-materialize to resume."
             ) from None
         meta = {
-            **_metadata(captured, settings, folder),
+            **_metadata(captured, settings),
             **asset_plan_metadata(storage.root, [name], "reasoning_samples"),
             **_variant_metadata(captured, settings),
         }

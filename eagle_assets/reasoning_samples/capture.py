@@ -37,8 +37,10 @@ def capture(
     progress_interval_s: float = 5.0,
     label: str = "reasoning_samples",
     transport: httpx.AsyncBaseTransport | None = None,
+    recipe: str | None = None,
 ) -> CaptureReport:
-    """Send ``requests`` and append one row per prompt (per turn of a conversation) to ``folder``'s shards.
+    """Send ``requests`` and append one row per prompt (per turn of a conversation) to ``folder``'s shards,
+    each naming ``recipe`` (the sample set's recipe id; None outside a sample set).
 
     Rows already finished stay on disk whatever happens (the writer is closed, i.e. flushed, on the
     way out of an exception too); a kill loses at most the rows buffered since the last shard.
@@ -46,7 +48,7 @@ def capture(
     engine = CaptureEngine(base_urls, sampling, settings, transport=transport)
     asks = sum(r.turns_left if isinstance(r, Conversation) else 1 for r in requests)
     progress = Progress(total=asks, label=label)
-    with ShardWriter(folder, rows_per_shard=rows_per_shard, max_age_s=flush_interval_s) as writer:
+    with ShardWriter(folder, rows_per_shard=rows_per_shard, max_age_s=flush_interval_s, recipe=recipe) as writer:
 
         async def main() -> None:
             model, version = await engine.identify()

@@ -1,5 +1,6 @@
-"""One partition of ``reasoning_samples``: which prompts (turns) still need a sample, capturing them from the
-server, and the partition's samples classified and counted; no Dagster here, the asset wires it."""
+"""One partition of ``reasoning_samples``: its recipe's sample set (:mod:`.sample_sets`), which prompts (turns)
+still need a sample there, capturing them from the server, and the set's samples classified and counted; no
+Dagster here, the asset wires it."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle_assets.core.files import combined_hash
 from eagle_assets.core.layout import SPLITS
 from eagle_assets.core.tables import table_version
 from eagle_assets.prompts.splits import MissingPrompts
 from eagle_assets.reasoning_samples.capture import CaptureReport, capture
 from eagle_assets.reasoning_samples.engine import ClientSettings
 from eagle_assets.reasoning_samples.quality import QualityRules
+from eagle_assets.reasoning_samples.recipe import Recipe, ServedVerifier
 from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
+from eagle_assets.reasoning_samples.sample_sets import ChangedSettings, open_sample_set
 from eagle_assets.reasoning_samples.sdk_http import httpx
 from eagle_assets.reasoning_samples.store import (
     VERSIONED_COLUMNS,
@@ -29,7 +33,6 @@ from eagle_assets.reasoning_samples.store import (
     load_samples,
     with_classes,
     write_quality,
-    write_turn_mode,
 )
 from eagle_assets.reasoning_samples.summary import (
     capture_counts,
@@ -41,7 +44,7 @@ from eagle_assets.reasoning_samples.summary import (
     variant_ok_samples,
 )
 from eagle_assets.reasoning_samples.turns import Conversation, pending_conversations, turn_count
-from eagle_assets.reasoning_samples.variants import SamplingVariant, assign_variant, write_variants
+from eagle_assets.reasoning_samples.variants import SamplingVariant, assign_variant
 
 # (prompt_id, messages, split) of a selected prompt
 PromptRow = tuple[str, list[dict], str]
@@ -60,18 +63,24 @@ class CaptureSettings:
     flush_interval_s: float = 30.0
     progress_interval_s: float = 5.0
 
+    def recipe(self, verifier: ServedVerifier) -> Recipe:
+        return Recipe.of(verifier, self.sampling, self.variants, self.turns)
+
 
 @dataclass(frozen=True)
 class CapturedPartition:
     """The partition's samples after a capture, with what the asset reports about them."""
 
+    folder: Path  # the recipe's sample set
+    recipe: Recipe
+    other_recipes_rows: dict[str, int]  # the partition's other sample sets: recipe id -> rows stored
     samples: pa.Table  # the latest row per selected prompt (turn), with its quality class
     counts: dict  # sample_counts, then capture_counts: metadata numbers, in the order reported
     quality: dict  # quality/<class>, quality/<class>_share, quality/non_ok_share
     quality_examples: str  # Markdown table
     variant_ok_samples: dict[str, int]  # empty without variants
     error_examples: list[str]
-    data_version: str  # content hash of the samples' VERSIONED_COLUMNS
+    data_version: str  # content hash of the recipe id and the samples' VERSIONED_COLUMNS
 
 
 def read_prompts(path: Path, partition: str, splits: Sequence[str]) -> pa.Table:
@@ -130,31 +139,33 @@ def _log_plan(
 
 def capture_partition(
     prompts_path: Path,
-    folder: Path,
+    partition_folder: Path,
     partition: str,
     settings: CaptureSettings,
     client: ClientSettings,
     serve: Callable[[], AbstractContextManager[Sequence[str]]],
     log: logging.Logger,
     *,
-    reasoning_parser: str | None = None,
+    verifier: ServedVerifier,
+    on_changed_settings: ChangedSettings = "refuse",
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> CapturedPartition:
-    """Capture a sample for every selected prompt (turn) of ``prompts_path`` without an ok one in ``folder``.
+    """Capture a sample for every selected prompt (turn) of ``prompts_path`` without an ok one in the sample
+    set of the recipe (``verifier`` and ``settings``) under ``partition_folder``.
 
-    ``serve()`` is entered only when something is left to ask and yields the server's base URLs (its
-    errors propagate; the rows finished before them stay in ``folder``). Every row of ``folder`` is then
-    classified by ``settings.rules`` (``quality.parquet``: token_sequences reads them all); the result
-    holds the selected prompts' rows. ``reasoning_parser`` is the server's (recorded with the counts);
-    ``transport`` replaces the HTTP client's (a test's scripted server).
+    The set is opened (and made current) first: :class:`~.sample_sets.SettingsChanged` stops here, before
+    anything is written, when ``on_changed_settings`` refuses a change. ``serve()`` is entered only when
+    something is left to ask and yields the server's base URLs (its errors propagate; the rows finished
+    before them stay in the set). Every row of the set is then classified by ``settings.rules`` (its quality
+    file: token_sequences reads them all); the result holds the selected prompts' rows. ``transport``
+    replaces the HTTP client's (a test's scripted server).
     """
     prompts = read_prompts(prompts_path, partition, settings.splits)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_variants(folder, settings.variants)
-    write_turn_mode(folder, settings.turns)  # from now on readers see this mode's rows only
+    sample_set = open_sample_set(partition_folder, settings.recipe(verifier), on_changed_settings)
+    folder, recipe_id = sample_set.folder, sample_set.recipe.recipe_id
     rows = list(zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist()))
     todo, selected = pending_requests(rows, folder, settings)
+    log.info(f"{partition}: sample set {folder} (recipe {recipe_id})")
     _log_plan(log, partition, len(rows), selected, todo, settings)
 
     report: CaptureReport | None = None
@@ -174,6 +185,7 @@ def capture_partition(
                 progress_interval_s=settings.progress_interval_s,
                 label=f"reasoning_samples[{partition}]",
                 transport=transport,
+                recipe=recipe_id,
             )
         wall_s = time.monotonic() - started
 
@@ -186,14 +198,17 @@ def capture_partition(
     for message in errors:
         log.warning(message)
     return CapturedPartition(
+        folder=folder,
+        recipe=sample_set.recipe,
+        other_recipes_rows=sample_set.other_recipes_rows,
         samples=samples,
         counts={
             **sample_counts(samples, len(rows), selected),
-            **capture_counts(report, wall_s, reasoning_parser),
+            **capture_counts(report, wall_s, verifier.reasoning_parser),
         },
         quality=quality,
         quality_examples=quality_examples(samples),
         variant_ok_samples=variant_ok_samples(samples, settings.variants),
         error_examples=errors,
-        data_version=table_version(samples, VERSIONED_COLUMNS),
+        data_version=combined_hash([recipe_id, table_version(samples, VERSIONED_COLUMNS)])[:16],
     )

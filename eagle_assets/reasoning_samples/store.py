@@ -1,18 +1,18 @@
 """Append-only Parquet shards of reasoning samples: crash-safe, resumable, exactly-once.
 
-A folder holds ``shard-<time_ns>-<pid>-<n>.parquet`` files, each written atomically (temporary file,
-fsync, rename), so a kill leaves whole shards only. Rows are never rewritten: a prompt retried after
-an error simply gets a newer row, and :func:`load_samples` keeps the latest row per ``prompt_id`` and
-``turn`` (shard names sort by creation time). The done-set of a resumed run is the prompts (or, with
-``turns: all``, the turns) whose latest row is ``ok``; errors are retried.
+A sample set folder (one generation recipe's, :mod:`.recipe`) holds ``shard-<time_ns>-<pid>-<n>.parquet``
+files, each written atomically (temporary file, fsync, rename), so a kill leaves whole shards only. Rows
+are never rewritten: a prompt retried after an error simply gets a newer row, and :func:`load_samples`
+keeps the latest row per ``prompt_id`` and ``turn`` (shard names sort by creation time). The done-set of a
+resumed run is the prompts (or, with ``turns: all``, the turns) whose latest row is ``ok``; errors are
+retried. Every row names its recipe (``recipe``); a set holds one recipe's rows, so one turn mode's.
 
-``turns.json`` names the turn mode of the folder's latest materialization (:mod:`.turns`); readers see
-only that mode's rows, so switching ``turns`` never mixes ``last`` rows with ``all`` rows downstream.
-
-Beside the shards, ``quality.parquet`` holds each latest row's quality class (keyed by ``prompt_id`` and
-``finished_at``, so a newer row of the same prompt is never given an older row's class) and, in its
-schema metadata, the rules it was classified by. :func:`load_classified` joins it in; rows it does not
-cover (captured since, or before classes existed) are classified on read with those rules.
+Beside the shards, ``quality-<time_ns>-<content hash>.parquet`` holds each latest row's quality class (keyed
+by ``prompt_id`` and ``finished_at``, so a newer row of the same prompt is never given an older row's class)
+and, in its schema metadata, the rules it was classified by; the newest file counts. A file is added when
+the classes change (new rows, other rules), never rewritten: a kept checkpoint's lineage records the sha256
+of the classes it was trained with, and they must stay as they were. :func:`load_classified` joins the
+classes in; rows they do not cover (captured since) are classified on read with the same rules.
 
 Writing happens on one background thread so that the asyncio loop sending requests never waits for
 compression or disk.
@@ -31,10 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eagle_assets.core.files import remove_stale_temporaries, write_json, write_parquet
-from eagle_assets.core.layout import LAST_TURN_ONLY, QUALITY_FILE, TURN_MODES, TURNS_FILE
+from eagle_assets.core.files import combined_hash, remove_stale_temporaries, write_parquet
+from eagle_assets.core.layout import LAST_TURN_ONLY, QUALITY_GLOB
 from eagle_assets.core.shards import latest_rows, shard_paths
-from eagle_assets.reasoning_samples.quality import QualityRules, classify_samples
+from eagle_assets.core.tables import table_version
+from eagle_assets.reasoning_samples.quality import QUALITY_SCHEMA, QualityRules, classify_samples
+from eagle_assets.reasoning_samples.recipe import read_recipe
 from eagle_assets.reasoning_samples.turns import Answer
 
 _RULES_KEY = b"quality_rules"
@@ -56,6 +58,7 @@ SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
         ("turn", pa.int32()),  # which assistant turn this answers; LAST_TURN_ONLY for `turns: last` rows
+        ("recipe", pa.string()),  # the generation recipe's id (.recipe): the sample set the row belongs to
         ("split", pa.string()),
         ("status", pa.string()),  # "ok" | "error"
         ("error", pa.string()),
@@ -79,23 +82,15 @@ SCHEMA = pa.schema(
 )
 
 
-def write_turn_mode(folder: Path, turns: str) -> None:
-    """Record which rows of ``folder`` readers see from now on (``turns`` of the materialization)."""
-    if turns not in TURN_MODES:
-        raise ValueError(f"turns {turns!r}: use one of {TURN_MODES}")
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    write_json({"turns": turns}, Path(folder) / TURNS_FILE)
-
-
 def turn_mode(folder: Path) -> str:
-    """The turn mode of ``folder``'s latest materialization (``last`` before its first one)."""
-    path = Path(folder) / TURNS_FILE
-    return json.loads(path.read_text())["turns"] if path.exists() else "last"
+    """The turn mode of the sample set ``folder`` (its recipe's ``turns``; ``last`` before it has one)."""
+    recipe = read_recipe(folder)
+    return recipe.settings["turns"] if recipe else "last"
 
 
 def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
-    """The latest row per ``(prompt_id, turn)`` of the folder's turn mode over all shards of ``folder``,
-    sorted by ``prompt_id`` then ``turn``.
+    """The latest row per ``(prompt_id, turn)`` over all shards of ``folder``, sorted by ``prompt_id`` then
+    ``turn``.
 
     ``columns`` limits what is read (``prompt_id`` and ``turn`` are always included).
     """
@@ -105,10 +100,7 @@ def load_samples(folder: Path, columns: list[str] | None = None) -> pa.Table:
     tables = [_read_shard(path, schema) for path in shard_paths(folder)]
     if not tables:
         return schema.empty_table()
-    rows = pa.concat_tables(tables, promote_options="default")
-    last_only = pc.equal(rows["turn"], LAST_TURN_ONLY)
-    rows = rows.filter(last_only if turn_mode(folder) == "last" else pc.invert(last_only))
-    return latest_rows(rows, keys)
+    return latest_rows(pa.concat_tables(tables, promote_options="default"), keys)
 
 
 def _read_shard(path: Path, schema: pa.Schema) -> pa.Table:
@@ -120,19 +112,30 @@ def _read_shard(path: Path, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names)
 
 
+def _quality_paths(folder: Path) -> list[Path]:
+    """The quality files of ``folder``, oldest first (their names start with the time they were written)."""
+    return sorted(Path(folder).glob(QUALITY_GLOB))
+
+
 def write_quality(folder: Path, samples: pa.Table, rules: QualityRules) -> pa.Table:
-    """Classify ``samples`` (the latest rows of ``folder``) by ``rules`` and store the classes beside them."""
+    """Classify ``samples`` (the latest rows of ``folder``) by ``rules``; store the classes as a new quality
+    file unless the newest one holds exactly these."""
     classes = classify_samples(samples, rules)
-    meta = {_RULES_KEY: json.dumps(rules.as_dict(), sort_keys=True).encode()}
-    write_parquet(classes.replace_schema_metadata(meta), Path(folder) / QUALITY_FILE)
+    rules_json = json.dumps(rules.as_dict(), sort_keys=True)
+    digest = combined_hash([rules_json, table_version(classes, QUALITY_SCHEMA.names)])[:16]
+    newest = _quality_paths(folder)[-1:]
+    if not newest or not newest[0].stem.endswith(f"-{digest}"):
+        meta = {_RULES_KEY: rules_json.encode()}
+        name = QUALITY_GLOB.replace("*", f"{time.time_ns():020d}-{digest}")
+        write_parquet(classes.replace_schema_metadata(meta), Path(folder) / name)
     return classes
 
 
 def _stored_quality(folder: Path) -> tuple[pa.Table | None, QualityRules]:
-    path = Path(folder) / QUALITY_FILE
-    if not path.exists():
+    paths = _quality_paths(folder)
+    if not paths:
         return None, QualityRules()
-    table = pq.read_table(path)
+    table = pq.read_table(paths[-1])
     rules = QualityRules(**json.loads((table.schema.metadata or {}).get(_RULES_KEY, b"{}")))
     return table.replace_schema_metadata(None), rules
 
@@ -189,12 +192,15 @@ class ShardWriter:
     older than ``max_age_s``, whichever comes first — checked on every ``add`` and by
     :meth:`flush_if_stale` (the capture's ticker, for quiet stretches) — so a kill loses at most
     ``max_age_s`` seconds of answered rows. Errors of the writer thread surface on the next call.
+    ``recipe`` is the id every row records: the set's (None: rows outside a sample set, e.g. a benchmark's,
+    keep what they name).
     """
 
-    def __init__(self, folder: Path, rows_per_shard: int = 256, max_age_s: float = 60.0):
+    def __init__(self, folder: Path, rows_per_shard: int = 256, max_age_s: float = 60.0, recipe: str | None = None):
         if rows_per_shard < 1:
             raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
         self.folder = Path(folder)
+        self.recipe = recipe
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.folder)
         self.rows_per_shard = rows_per_shard
@@ -238,6 +244,9 @@ class ShardWriter:
         # A row that names no turn answers its conversation's last turn (a `turns: last` row).
         turn = SCHEMA.get_field_index("turn")
         table = table.set_column(turn, SCHEMA.field(turn), pc.fill_null(table["turn"], LAST_TURN_ONLY))
+        if self.recipe is not None:
+            recipe = SCHEMA.get_field_index("recipe")
+            table = table.set_column(recipe, SCHEMA.field(recipe), pa.array([self.recipe] * len(rows), pa.string()))
         write_parquet(table, path)
         self.rows_written += len(rows)
         self.shards_written += 1

@@ -4,20 +4,18 @@ A served reasoning model answers in more than one way -- Kimi-K2.5 in thinking a
 temperatures its users pick -- and a draft must predict each. ``reasoning_samples`` can assign every prompt
 one variant with given shares. The choice is a function of the prompt id alone (a hash mapped onto the
 cumulative shares), so a resumed or repeated capture, the evaluation and a reader of lineage all find the
-same variant for the same prompt without storing a table of assignments. The variants used for a partition
-are written beside its samples (:data:`VARIANTS_FILE`), and every row's ``sampling`` JSON names its variant.
+same variant for the same prompt without storing a table of assignments. The variants are part of the
+sample set's recipe (``recipe.json``, :mod:`.recipe`), and every row's ``sampling`` JSON names its variant.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from eagle_assets.core.files import write_json
-from eagle_assets.core.layout import VARIANTS_FILE
+from eagle_assets.reasoning_samples.recipe import read_recipe
 from eagle_assets.reasoning_samples.requests import Sampling
 
 SHARE_TOLERANCE = 1e-6
@@ -86,18 +84,7 @@ def assign_variant(prompt_id: str, variants: Sequence[SamplingVariant]) -> Sampl
     return variants[-1]  # rounding of shares that sum to 1 within the tolerance
 
 
-def write_variants(folder: Path, variants: Sequence[SamplingVariant]) -> None:
-    """Record the variants a partition's capture used (atomically; an empty list removes the record)."""
-    path = Path(folder) / VARIANTS_FILE
-    if not variants:
-        path.unlink(missing_ok=True)
-        return
-    write_json([asdict(v) for v in variants], path)
-
-
 def read_variants(folder: Path) -> list[SamplingVariant]:
-    """The variants recorded in ``folder`` (none recorded: [])."""
-    path = Path(folder) / VARIANTS_FILE
-    if not path.exists():
-        return []
-    return [SamplingVariant(**entry) for entry in json.loads(path.read_text())]
+    """The variants of the sample set ``folder``'s recipe ([] without variants, or without a recipe)."""
+    recipe = read_recipe(folder)
+    return [SamplingVariant(**entry) for entry in recipe.settings["sampling_variants"]] if recipe else []

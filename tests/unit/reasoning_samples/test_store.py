@@ -67,3 +67,29 @@ def test_content_hash_follows_the_tokens(tmp_path):
     one, two = load_samples(tmp_path / "one"), load_samples(tmp_path / "two")
     assert table_version(one, VERSIONED_COLUMNS) == table_version(load_samples(tmp_path / "one"), VERSIONED_COLUMNS)
     assert table_version(one, VERSIONED_COLUMNS) != table_version(two, VERSIONED_COLUMNS)
+
+
+def test_every_row_names_the_recipe_of_the_set_it_is_written_to(tmp_path):
+    with ShardWriter(tmp_path, recipe="0123456789abcdef") as writer:
+        writer.add(sample_row("a"))
+        writer.add(sample_row("b", recipe="fedcba9876543210"))  # a row of another set is written as this set's
+    assert load_samples(tmp_path)["recipe"].to_pylist() == ["0123456789abcdef"] * 2
+
+
+def test_quality_files_are_added_when_the_classes_change_never_rewritten_and_the_newest_counts(tmp_path):
+    from eagle_assets.reasoning_samples.quality import QualityRules
+    from eagle_assets.reasoning_samples.store import load_classified, write_quality
+
+    with ShardWriter(tmp_path) as writer:
+        writer.add(sample_row("a", tokens=tuple(range(40)), content="answer", thinking_tokens=3))
+    write_quality(tmp_path, load_samples(tmp_path), QualityRules(min_thinking_tokens=16))
+    [first] = tmp_path.glob("quality-*.parquet")
+    kept = first.read_bytes()
+    write_quality(tmp_path, load_samples(tmp_path), QualityRules(min_thinking_tokens=16))  # the same classes
+    assert list(tmp_path.glob("quality-*.parquet")) == [first]
+    assert load_classified(tmp_path)[0]["quality"].to_pylist() == ["trivial_reasoning"]
+
+    write_quality(tmp_path, load_samples(tmp_path), QualityRules(min_thinking_tokens=2))  # other rules
+    assert len(list(tmp_path.glob("quality-*.parquet"))) == 2 and first.read_bytes() == kept
+    samples, rules = load_classified(tmp_path)
+    assert samples["quality"].to_pylist() == ["ok"] and rules == QualityRules(min_thinking_tokens=2)

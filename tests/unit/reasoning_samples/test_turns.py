@@ -22,7 +22,7 @@ from eagle_assets.reasoning_samples.store import (
     done_turns,
     load_classified,
     load_samples,
-    write_turn_mode,
+    turn_mode,
 )
 from eagle_assets.reasoning_samples.turns import Answer, Conversation, pending_conversations, turn_context, user_turns
 
@@ -85,24 +85,40 @@ def turn_row(prompt_id: str, turn: int, status: str = "ok", finished_at: float =
     }
 
 
-def test_the_store_keeps_one_row_per_turn_and_readers_see_only_the_chosen_mode(tmp_path):
-    with ShardWriter(tmp_path, rows_per_shard=2) as writer:
-        writer.add({**turn_row("p", LAST_TURN_ONLY, finished_at=1.0)})
+def test_the_store_keeps_one_row_per_turn_and_each_turn_mode_has_a_sample_set_of_its_own(tmp_path):
+    from eagle_assets.reasoning_samples.recipe import Recipe
+    from eagle_assets.reasoning_samples.sample_sets import SettingsChanged, open_sample_set
+    from tests.helpers.upstream import model_folder, served_from
+
+    verifier = served_from(model_folder(tmp_path / "model"))
+    every_turn, last_turn = (Recipe.of(verifier, Sampling(), [], mode) for mode in ("all", "last"))
+    assert every_turn.recipe_id != last_turn.recipe_id
+    partition = tmp_path / "partition"
+    folder = open_sample_set(partition, every_turn, "refuse").folder
+    with ShardWriter(folder, rows_per_shard=2, recipe=every_turn.recipe_id) as writer:
         writer.add(turn_row("p", 0, finished_at=2.0))
         writer.add(turn_row("p", 1, status="error", finished_at=3.0))
         writer.add(turn_row("p", 1, finished_at=4.0))  # the retry of turn 1: it replaces the error
-    write_turn_mode(tmp_path, "all")
-    samples = load_samples(tmp_path)
+    samples = load_samples(folder)
     assert list(zip(samples["turn"].to_pylist(), samples["status"].to_pylist())) == [(0, "ok"), (1, "ok")]
-    assert done_turns(tmp_path) == {("p", 0): Answer("a0", "r0"), ("p", 1): Answer("a1", "r1")}
-    classified, _ = load_classified(tmp_path)
+    assert done_turns(folder) == {("p", 0): Answer("a0", "r0"), ("p", 1): Answer("a1", "r1")}
+    classified, _ = load_classified(folder)
     assert classified.num_rows == 2 and None not in classified["quality"].to_pylist()
-    all_version = table_version(samples, VERSIONED_COLUMNS)
-    write_turn_mode(tmp_path, "last")
-    assert load_samples(tmp_path)["turn"].to_pylist() == [LAST_TURN_ONLY]
-    assert table_version(load_samples(tmp_path), VERSIONED_COLUMNS) != all_version
+    assert turn_mode(folder) == "all"
+
+    # Switching the mode over a set with ok samples is a change of settings: refused, naming it ...
+    with pytest.raises(SettingsChanged, match='turns "all" -> "last"'):
+        open_sample_set(partition, last_turn, "refuse")
+    # ... or a set of its own, which never sees the other mode's rows.
+    last_folder = open_sample_set(partition, last_turn, "new_sample_set").folder
+    assert last_folder != folder and load_samples(last_folder).num_rows == 0 and turn_mode(last_folder) == "last"
+    with ShardWriter(last_folder, recipe=last_turn.recipe_id) as writer:
+        writer.add(turn_row("p", LAST_TURN_ONLY, finished_at=1.0))
+    assert load_samples(last_folder)["turn"].to_pylist() == [LAST_TURN_ONLY]
+    assert table_version(load_samples(last_folder), VERSIONED_COLUMNS) != table_version(samples, VERSIONED_COLUMNS)
+    assert load_samples(folder)["turn"].to_pylist() == [0, 1]
     with pytest.raises(ValueError, match="turns 'every'"):
-        write_turn_mode(tmp_path, "every")
+        Recipe.of(verifier, Sampling(), [], "every")
 
 
 def test_the_drift_check_renders_only_the_turns_it_checks_and_skips_those_whose_earlier_answer_is_gone():

@@ -14,7 +14,6 @@ from eagle_assets.reasoning_samples.variants import (
     assign_variant,
     read_variants,
     validate_variants,
-    write_variants,
 )
 
 THINKING = SamplingVariant("thinking", 0.75)
@@ -71,11 +70,18 @@ def test_the_launchpad_config_refuses_shares_that_do_not_sum_to_one():
         ReasoningSamplesConfig(sampling_variants=[{"name": "thinking", "share": 0.5}])
 
 
-def test_recorded_variants_read_back_and_an_empty_list_removes_the_record(tmp_path):
-    write_variants(tmp_path, [THINKING, INSTANT])
-    assert read_variants(tmp_path) == [THINKING, INSTANT]
-    write_variants(tmp_path, [])
-    assert read_variants(tmp_path) == []
+def test_the_variants_read_back_from_the_sample_sets_recipe_and_none_recorded_reads_none(tmp_path):
+    from eagle_assets.reasoning_samples.recipe import Recipe
+    from eagle_assets.reasoning_samples.sample_sets import open_sample_set
+    from tests.helpers.upstream import model_folder, served_from
+
+    verifier = served_from(model_folder(tmp_path / "model"))
+    with_variants = Recipe.of(verifier, Sampling(), [THINKING, INSTANT], "last")
+    folder = open_sample_set(tmp_path / "partition", with_variants, "refuse").folder
+    assert read_variants(folder) == [THINKING, INSTANT]
+    without = open_sample_set(tmp_path / "partition", Recipe.of(verifier, Sampling(), [], "last"), "new_sample_set")
+    assert read_variants(without.folder) == []
+    assert read_variants(tmp_path / "partition" / "recipes" / "unpublished") == []  # no set there
 
 
 def test_evaluation_requests_keep_the_variants_switches_but_decode_greedily():
