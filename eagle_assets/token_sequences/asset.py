@@ -8,20 +8,22 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.capacity import asset_plan_metadata
-from eagle_assets.core.layout import PIPELINE, PROMPTS_FILE, SPLITS, TOKEN_SEQUENCES, asset_folder
+from eagle_assets.core.layout import PIPELINE, SPLITS, TOKEN_SEQUENCES, asset_folder, prompts_file, samples_folder
 from eagle_assets.prompts.splits import MissingPrompts
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.token_sequences.build import Policy
 from eagle_assets.token_sequences.checks import drift_check_result
 from eagle_assets.token_sequences.tokenize_partition import (
     DRIFT_SAMPLE_SIZE,
+    MissingSamples,
+    WrongTokenizer,
     local_template,
     partition_drift,
     renderer,
     tokenize_partition,
 )
 
-CODE_VERSION = "token_sequences-2"
+CODE_VERSION = "token_sequences-3"
 
 
 class QualityPolicy(dg.Config):
@@ -84,9 +86,12 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """Training rows of one partition: the verifier's exact prompt + completion tokens, with a loss
         mask of 0 on the prompt and 1 on the thinking, answer and stop token.
 
-        Server token ids are used as they are; samples without them are rendered through the
-        verifier's chat template. Error rows, other splits and (by policy) overlong samples or
-        samples of a quality class (`quality_policy`) are counted by reason, never silently lost.
+        Rows come from the current sample set of `reasoning_samples`; samples generated with another
+        tokenizer than the verifier's are refused before anything is written. Server token ids are
+        used as they are; samples without them are rendered through the verifier's chat template.
+        Error rows, other splits and (by policy) overlong samples or samples of a quality class
+        (`quality_policy`) are counted by reason, never silently lost. Each materialization's
+        files are a version of their own (`versions/<data version>/`), never rewritten.
         """
         partition = context.partition_key
         policy = Policy(
@@ -94,8 +99,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         )
         try:
             tokenized = tokenize_partition(
-                storage.path("reasoning_samples", partition),
-                storage.path("prompts", partition) / PROMPTS_FILE,
+                samples_folder(storage.root, partition),
+                prompts_file(storage.root, partition),
                 asset_folder(storage.root, TOKEN_SEQUENCES, partition),
                 partition,
                 policy,
@@ -104,8 +109,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 drift_sample_size=config.drift_sample_size,
                 recorded_policy=config.model_dump(),
             )
-        except MissingPrompts as exc:
-            raise dg.Failure(description=str(exc)) from None
+        except (MissingPrompts, MissingSamples, WrongTokenizer) as exc:
+            raise dg.Failure(description=f"token_sequences[{partition}]: {exc}") from None
         return dg.MaterializeResult(
             metadata={
                 "dagster/row_count": tokenized.table.num_rows,
@@ -121,16 +126,20 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         name="template_drift",
         partitions_def=partitions,
         additional_deps=["reasoning_samples", "prompts"],
+        # A prompt mismatch means rows the verifier never saw that way: hidden_states must not extract them.
+        blocking=True,
         description="Re-renders a sample of server-token records with the local chat template and tokenizer; "
-        "fails on any prompt mismatch (a changed template/tokenizer), warns when many completions differ.",
+        "fails on any prompt mismatch (a changed template/tokenizer), which keeps hidden_states from running on "
+        "the rows; warns when many completions differ.",
     )
     def template_drift(
         context: dg.AssetCheckExecutionContext, storage: StorageRoot, verifier: Verifier
     ) -> dg.AssetCheckResult:
         partition = context.partition_key
-        samples_folder = storage.path("reasoning_samples", partition)
         render, _ = renderer(verifier)
-        prompts_path = storage.path("prompts", partition) / PROMPTS_FILE
-        return drift_check_result(partition_drift(samples_folder, prompts_path, render, DRIFT_SAMPLE_SIZE))
+        drift = partition_drift(
+            samples_folder(storage.root, partition), prompts_file(storage.root, partition), render, DRIFT_SAMPLE_SIZE
+        )
+        return drift_check_result(drift)
 
     return {"assets": [token_sequences], "checks": [template_drift]}

@@ -1,4 +1,6 @@
-"""The ``template_drift`` check's result: a failure says how many re-rendered samples differ and what to do."""
+"""The ``template_drift`` check's result: a failure says how many re-rendered samples differ and what to do.
+A prompt mismatch fails it with severity ERROR, which, the check being blocking, keeps hidden_states from
+running on the rows in the same run."""
 
 from __future__ import annotations
 
@@ -31,8 +33,10 @@ def drift_check_result(report: DriftReport) -> dg.AssetCheckResult:
         check_name="template_drift",
         severity=dg.AssetCheckSeverity.ERROR if not prompt_ok else dg.AssetCheckSeverity.WARN,
         failed=rates,
-        fix="point verifier.model_path at the folder that served the samples (its chat template or tokenizer "
-        "differs), or re-materialize reasoning_samples with the current verifier"
+        fix="hidden_states does not run on these rows (this check blocks it). The local chat template or tokenizer "
+        "is not the one that rendered the samples' prompts: point verifier.model_path (and verifier.backend) at "
+        "the folder the server served them from, or re-materialize reasoning_samples with vllm_server serving "
+        "the verifier's folder (its samples get a sample set of their own), then token_sequences"
         if not prompt_ok
         else "some sampled completions tokenize differently when re-encoded (a few are normal); if many, use the "
         "server's tokenizers/transformers versions here: rows rendered without server tokens would differ",

@@ -1,5 +1,6 @@
 """``tokenize_partition`` and ``partition_drift``, called directly (no Dagster), with a scripted chat template:
-the rows, masks and counts they produce, the report beside them, and the drift they measure."""
+the rows, masks and counts they produce, the report beside them, the versions they publish, the samples they
+refuse, and the drift they measure."""
 
 from __future__ import annotations
 
@@ -10,13 +11,23 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_assets.core.layout import LAST_TURN_ONLY
+from eagle_assets.core.layout import LAST_TURN_ONLY, current_version, sequences_file
 from eagle_assets.plugin_manager import dataset_source
 from eagle_assets.prompts.splits import MissingPrompts
 from eagle_assets.prompts.write import write_prompts
+from eagle_assets.reasoning_samples.capture_partition import CaptureSettings
+from eagle_assets.reasoning_samples.recipe import tokenizer_hash
+from eagle_assets.reasoning_samples.sample_sets import open_sample_set
 from eagle_assets.reasoning_samples.store import ShardWriter
 from eagle_assets.token_sequences.build import SEQUENCES_SCHEMA, Policy, template_hash
-from eagle_assets.token_sequences.tokenize_partition import LocalTemplate, partition_drift, tokenize_partition
+from eagle_assets.token_sequences.tokenize_partition import (
+    LocalTemplate,
+    MissingSamples,
+    WrongTokenizer,
+    partition_drift,
+    tokenize_partition,
+)
+from tests.helpers.upstream import model_folder, served_from
 
 LOG = logging.getLogger("tests.token_sequences.tokenize_partition")
 ALL_SPLITS = ("train", "validation", "heldout")
@@ -39,22 +50,24 @@ def texts(i: int) -> tuple[str, str]:
     return f"think {'.' * 3 * i}", f"answer {i}"
 
 
-def template(renderer=render) -> LocalTemplate:
-    return LocalTemplate(renderer, TOKENIZER, "/models/scripted", "scripted@1")
+def template(renderer=render, tokenizer: str = "scripted-tokenizer") -> LocalTemplate:
+    return LocalTemplate(renderer, TOKENIZER, "/models/scripted", "scripted@1", tokenizer)
 
 
 @pytest.fixture
 def stored(tmp_path):
-    """A prompts table of 8 questions and their samples: 5 with server tokens (one truncated), 2 without
-    (rendered here), 1 error."""
+    """A prompts table of 8 questions and their samples, in the current sample set of a served model folder:
+    5 with server tokens (one truncated), 2 without (rendered here), 1 error."""
     source = tmp_path / "questions.jsonl"
     source.write_text(
         "\n".join(json.dumps({"messages": [{"role": "user", "content": f"question {i}"}]}) for i in range(8))
     )
     prompts = write_prompts(dataset_source("jsonl"), tmp_path / "prompts" / "jsonl", LOG, location=str(source))
-    samples_folder = tmp_path / "reasoning_samples" / "jsonl"
+    served = served_from(model_folder(tmp_path / "served-model"))
+    recipe = CaptureSettings().recipe(served)
+    samples_folder = open_sample_set(tmp_path / "reasoning_samples" / "jsonl", recipe, "refuse").folder
     rows = prompts.table.to_pylist()
-    with ShardWriter(samples_folder, rows_per_shard=3) as writer:
+    with ShardWriter(samples_folder, rows_per_shard=3, recipe=recipe.recipe_id) as writer:
         for i, prompt in enumerate(rows):
             reasoning, content = texts(i)
             prompt_ids, completion_ids = render(prompt["messages"], reasoning, content)
@@ -84,24 +97,32 @@ def stored(tmp_path):
             writer.add(row)
     lengths = {r["prompt_id"]: sum(map(len, render(r["messages"], *texts(i)))) for i, r in enumerate(rows)}
     return SimpleNamespace(
+        root=tmp_path,
         prompts=prompts.path,
         samples=samples_folder,
+        recipe=recipe,
+        served=served,
         out=tmp_path / "token_sequences" / "jsonl",
         rows=rows,
         lengths=lengths,
     )
 
 
-def tokenize(stored, policy=Policy(16384, "truncate", ALL_SPLITS), renderer=render, **kwargs):
+def tokenize(stored, policy=Policy(16384, "truncate", ALL_SPLITS), renderer=render, tokenizer=None, **kwargs):
+    """tokenize_partition with the scripted template, its tokenizer the samples' unless ``tokenizer`` says."""
+    loaded = template(renderer, tokenizer or stored.served.tokenizer_hash)
     return tokenize_partition(
-        stored.samples, stored.prompts, stored.out, "jsonl", policy, lambda: template(renderer), LOG, **kwargs
+        stored.samples, stored.prompts, stored.out, "jsonl", policy, lambda: loaded, LOG, **kwargs
     )
 
 
 def test_rows_mask_exactly_the_completion_and_are_counted(stored):
     result = tokenize(stored, recorded_policy={"max_length": 16384})
-    table = pq.read_table(stored.out / "sequences.parquet")
-    assert result.path == stored.out / "sequences.parquet" and table.schema == SEQUENCES_SCHEMA
+    published = stored.out / "versions" / result.data_version
+    assert result.path == published / "sequences.parquet" == sequences_file(stored.root, "jsonl")
+    assert current_version(stored.out) == result.data_version
+    table = pq.read_table(result.path)
+    assert table.schema == SEQUENCES_SCHEMA
     assert table.equals(result.table) and table.num_rows == 7  # the error row has no tokens
     by_id = {r["prompt_id"]: r for r in stored.rows}
     for row in table.to_pylist():
@@ -118,9 +139,12 @@ def test_rows_mask_exactly_the_completion_and_are_counted(stored):
     assert counts["supervised_tokens"] == sum(row["loss_mask"].count(1) for row in table.to_pylist())
     assert counts["drift_checked"] == 5 and counts["drift_prompt_mismatch_rate"] == 0.0
     assert counts["template_hash"] == template_hash(TOKENIZER)
-    report = json.loads((stored.out / "tokenization.json").read_text())
+    assert counts["samples_recipe"] == stored.recipe.recipe_id == result.recipe.recipe_id
+    report = json.loads((published / "tokenization.json").read_text())
     assert report["policy"] == {"max_length": 16384} and report["verifier"] == "/models/scripted"
     assert report["verifier_identity"] == "scripted@1" and report["content_hash"] == result.data_version
+    assert report["samples_recipe"] == stored.recipe.recipe_id
+    assert report["tokenizer_hash"] == counts["tokenizer_hash"] == tokenizer_hash(stored.root / "served-model")
     assert report["drift"]["drift_checked"] == 5 and report["quality_rules"]["loop_ngram"] == 16
     assert tokenize(stored).data_version == result.data_version  # same samples, same rows, same version
 
@@ -170,3 +194,46 @@ def test_missing_prompts_fail_before_the_template_is_loaded(stored):
             LOG,
         )
     assert not loaded and not stored.out.exists()
+
+
+def test_samples_of_another_tokenizer_are_refused_naming_both_before_anything_is_written(stored):
+    with pytest.raises(WrongTokenizer) as refused:
+        tokenize(stored, tokenizer="0123456789abcdef")
+    message = str(refused.value)
+    served = stored.served
+    assert f"with tokenizer {served.tokenizer_hash} (of {served.folder})" in message
+    assert "loads /models/scripted with tokenizer 0123456789abcdef" in message
+    assert f"Point verifier.model_path at {served.folder}" in message and "re-materialize reasoning_samples" in message
+    assert stored.recipe.recipe_id in message and not stored.out.exists()
+
+
+def test_a_partition_without_samples_fails_naming_the_asset_before_the_template_is_loaded(stored):
+    loaded = []
+    with pytest.raises(MissingSamples, match="materialize the `reasoning_samples` asset"):
+        tokenize_partition(
+            stored.root / "reasoning_samples" / "other" / "recipes" / "unpublished",
+            stored.prompts,
+            stored.out,
+            "other",
+            Policy(16, "drop", ALL_SPLITS),
+            lambda: loaded.append(1) or template(),
+            LOG,
+        )
+    assert not loaded and not stored.out.exists()
+
+
+def test_each_materialization_publishes_a_version_and_never_rewrites_an_earlier_one(stored):
+    first = tokenize(stored, recorded_policy={"max_length": 16384})
+    kept = {p.name: p.read_bytes() for p in first.path.parent.iterdir()}
+    shorter = tokenize(stored, Policy(sorted(stored.lengths.values())[3], "drop", ALL_SPLITS))
+    assert shorter.data_version != first.data_version and shorter.path.parent != first.path.parent
+    assert (
+        current_version(stored.out)
+        == shorter.data_version
+        == json.loads((shorter.path.parent / "tokenization.json").read_text())["content_hash"]
+    )
+    assert {p.name: p.read_bytes() for p in first.path.parent.iterdir()} == kept
+    # The first rows again: their version is current again, as it was.
+    again = tokenize(stored, recorded_policy={"max_length": 16384})
+    assert again.path == first.path and current_version(stored.out) == first.data_version
+    assert {p.name: p.read_bytes() for p in first.path.parent.iterdir()} == kept
