@@ -3,12 +3,19 @@
 Its format is defined here, for :mod:`.collect` that fills it and :mod:`.verify` that checks it: the
 required keys, the entry of one stored file or of a folder of links, Dagster metadata values as JSON,
 and the materialization keys lineage reads. :func:`write_lineage` adds the checkpoint's own files
-(relative to the checkpoint folder) and content hash to a collected lineage and writes both files;
-:func:`read_lineage` reads the record back and refuses one that lacks a required key.
+(relative to the checkpoint folder) and content hash to a collected lineage and writes both files, and
+``lineage.sig`` when a lineage key is configured (:func:`lineage_key`); :func:`read_lineage` reads the
+record back and refuses one that lacks a required key.
+
+The signature is an HMAC-SHA256 of lineage.json's bytes. lineage.sha256 alone only shows that the record is
+self-consistent: whoever edits lineage.json can rewrite it too. The Dagster instance's copy of that sha256,
+or a signature checked with the key, is what catches such a forgery.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Mapping
@@ -16,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_assets.core.files import combined_hash, file_sha256, hash_of_model_files, write_json
-from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE, MODEL_FILES
+from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE, LINEAGE_SIGNATURE_FILE, MODEL_FILES
 
 # The checkpoint materialization's metadata key holding the same sha256.
 LINEAGE_DIGEST_KEY = "lineage_sha256"
@@ -36,6 +43,12 @@ REQUIRED_KEYS = (
     "artifacts",
     "checkpoint_files",
 )
+# The lineage key: the key itself, or a file holding it (surrounding whitespace stripped).
+KEY_ENV = "EAGLE_ASSETS_LINEAGE_KEY"
+KEY_FILE_ENV = "EAGLE_ASSETS_LINEAGE_KEY_FILE"
+SIGNATURE_SCHEME = "hmac-sha256"
+# The files of a checkpoint folder that make up its lineage record, not its content.
+RECORD_FILES = (LINEAGE_FILE, LINEAGE_DIGEST_FILE, LINEAGE_SIGNATURE_FILE)
 
 
 class LineageError(ValueError):
@@ -91,18 +104,66 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def lineage_key(key_file: str | Path | None = None) -> bytes | None:
+    """The lineage key: ``key_file``'s contents, else ``$EAGLE_ASSETS_LINEAGE_KEY_FILE``'s, else
+    ``$EAGLE_ASSETS_LINEAGE_KEY`` itself; None when none is configured. An empty key is refused (it would
+    sign with nothing), as is a key file that cannot be read."""
+    key_file = key_file or os.environ.get(KEY_FILE_ENV) or None
+    if key_file is not None:
+        try:
+            key = Path(key_file).read_bytes().strip()
+        except OSError as exc:
+            raise LineageError(f"the lineage key file {key_file} cannot be read: {exc.strerror}") from None
+        source = str(key_file)
+    elif KEY_ENV in os.environ:
+        key, source = os.environ[KEY_ENV].strip().encode(), f"${KEY_ENV}"
+    else:
+        return None
+    if not key:
+        raise LineageError(f"the lineage key in {source} is empty")
+    return key
+
+
+def lineage_signature(record: bytes, key: bytes) -> str:
+    """The signature line of ``record`` (lineage.json's bytes), as lineage.sig holds it."""
+    return f"{SIGNATURE_SCHEME} {hmac.new(key, record, hashlib.sha256).hexdigest()}"
+
+
+def signature_matches(checkpoint_dir: str | Path, key: bytes) -> bool | None:
+    """Whether lineage.sig signs lineage.json under ``key`` (compared in constant time); None when the
+    folder has no lineage.sig."""
+    folder = Path(checkpoint_dir)
+    try:
+        stored = (folder / LINEAGE_SIGNATURE_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    expected = lineage_signature((folder / LINEAGE_FILE).read_bytes(), key)
+    return hmac.compare_digest(stored.encode(), expected.encode())
+
+
+def sign_lineage(checkpoint_dir: str | Path, key: bytes) -> Path:
+    """Write ``lineage.sig``: the HMAC-SHA256 of the folder's lineage.json under ``key``."""
+    folder = Path(checkpoint_dir)
+    path = folder / LINEAGE_SIGNATURE_FILE
+    path.write_text(lineage_signature((folder / LINEAGE_FILE).read_bytes(), key) + "\n")
+    return path
+
+
 def write_lineage(
-    checkpoint_dir: str | Path, lineage: Mapping[str, Any], model_hashes: Mapping[str, str] | None = None
+    checkpoint_dir: str | Path,
+    lineage: Mapping[str, Any],
+    model_hashes: Mapping[str, str] | None = None,
+    key: bytes | None = None,
 ) -> str:
     """Write ``lineage.json`` into the checkpoint, adding the hashes of the checkpoint's own files and
-    its content hash, then ``lineage.sha256`` beside it; returns that sha256. ``model_hashes``: the
-    sha256 of the model files where the caller has them already (``keep_checkpoint`` hashed what it
-    copied), so the weights are not read again."""
+    its content hash, then ``lineage.sha256`` beside it (and ``lineage.sig`` given a ``key``); returns
+    that sha256. ``model_hashes``: the sha256 of the model files where the caller has them already
+    (``keep_checkpoint`` hashed what it copied), so the weights are not read again."""
     folder = Path(checkpoint_dir)
     known = dict(model_hashes or {})
     own = []
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.name not in (LINEAGE_FILE, LINEAGE_DIGEST_FILE) and not p.name.startswith("."):
+        if p.is_file() and p.name not in RECORD_FILES and not p.name.startswith("."):
             rel = p.relative_to(folder).as_posix()
             own.append({"path": rel, "bytes": p.stat().st_size, "sha256": known.get(rel) or file_sha256(p)})
     hashes = {f["path"]: f["sha256"] for f in own if f["path"] in MODEL_FILES}
@@ -113,6 +174,8 @@ def write_lineage(
     )
     digest = file_sha256(path)
     (folder / LINEAGE_DIGEST_FILE).write_text(f"{digest}  {LINEAGE_FILE}\n")
+    if key is not None:
+        sign_lineage(folder, key)
     return digest
 
 
