@@ -34,7 +34,7 @@ from eagle_assets.eagle3_checkpoint.training_data import (
 )
 from eagle_assets.eagle3_checkpoint.verifier_folder import training_verifier
 from eagle_assets.eagle3_checkpoint.vocab import DraftVocab, DraftVocabError, build_draft_vocab
-from eagle_assets.lineage.record import write_lineage
+from eagle_assets.lineage.record import lineage_key, write_lineage
 
 
 class CheckpointTrainingError(ValueError):
@@ -214,7 +214,9 @@ def train_and_keep(
     """Train (or resume, or reuse) the draft of ``plan`` under ``work``, then keep its best epoch under
     ``checkpoints`` with ``training.json`` (:func:`training_record`) and ``lineage.json``
     (``lineage_of(training, training_folder)``: the record
-    :func:`~eagle_assets.lineage.record.write_lineage` completes with the checkpoint's own files)."""
+    :func:`~eagle_assets.lineage.record.write_lineage` completes with the checkpoint's own files, and signs
+    when a lineage key is configured)."""
+    key = lineage_key()  # read first: a key file that cannot be read fails now, not after the training
     # A nested (Kimi-K2.5) config is resolved into a plain decoder folder speculators can read.
     trained_against = training_verifier(backend, model_path, work)
     trained = trainer.train(plan.data, plan.vocab, str(trained_against), plan.settings, work, log)
@@ -233,7 +235,7 @@ def train_and_keep(
         trained.best_dir,
         checkpoints,
         {TRAINING_FILE: training},
-        finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes),
+        finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes, key),
     )
     return KeptCheckpoint(folder, digest, training, lineage, lineage_sha256, trained.summary)
 
