@@ -1,0 +1,230 @@
+"""`lineage verify` on hand-made checkpoints (recorded by the project's own file_entry, links_entry,
+keep_checkpoint and write_lineage): the parallel hashing against one file after another, the quick tier,
+the signature, and what the command prints."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from typer.testing import CliRunner
+
+from eagle_assets.cli import app
+from eagle_assets.core.files import file_sha256
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, LINEAGE_DIGEST_FILE, LINEAGE_FILE, LINEAGE_SIGNATURE_FILE
+from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint
+from eagle_assets.lineage.record import (
+    KEY_ENV,
+    KEY_FILE_ENV,
+    LINEAGE_DIGEST_KEY,
+    REQUIRED_KEYS,
+    LineageError,
+    file_entry,
+    lineage_key,
+    links_entry,
+    write_lineage,
+)
+from eagle_assets.lineage.verify import Discrepancy, verify_lineage
+from tests.helpers.lineage import weight_reads
+
+runner = CliRunner()
+KEY = b"a lineage key for the tests"
+# No instance and no key unless a test gives them.
+NO_ENV = {"DAGSTER_HOME": None, KEY_ENV: None, KEY_FILE_ENV: None}
+
+
+def make_checkpoint(root: Path, *, files: int = 12, key: bytes | None = None, unsized: tuple[int, ...] = ()) -> Path:
+    """Hidden-state-like files of decreasing size (so the pool finishes them out of order), a folder of
+    links, and a kept checkpoint whose lineage records them all; ``unsized``: files recorded without a size."""
+    tensors = root / "hidden_states" / "demo" / "tensors"
+    tensors.mkdir(parents=True)
+    artifacts = []
+    for i in range(files):
+        path = tensors / f"{i:04d}.safetensors"
+        path.write_bytes(bytes([i]) * (4096 * (files - i)) + i.to_bytes(4, "little"))
+        entry = file_entry(root, path, "hidden_states", "demo")
+        artifacts.append({**entry, "bytes": None} if i in unsized else entry)
+    links = root / "eagle3_checkpoint" / "_work" / "data-0" / "hidden_states"
+    links.mkdir(parents=True)
+    (links / "0.safetensors").symlink_to(tensors / "0000.safetensors")
+    artifacts.append(links_entry(root, links, "training_data"))
+    best = root / "best"
+    best.mkdir()
+    (best / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
+    (best / "model.safetensors").write_bytes(b"weights" * 1000)
+    lineage = {name: {} for name in REQUIRED_KEYS} | {"storage_root": str(root), "artifacts": artifacts}
+    lineage["training"] = {"seed": 0}
+    folder, _, _ = keep_checkpoint(
+        best,
+        root / EAGLE3_CHECKPOINT,
+        {"training.json": {"seed": 0}},
+        finish=lambda tmp, hashes: write_lineage(tmp, lineage, hashes, key),
+    )
+    return folder
+
+
+def tensor(root: Path, i: int) -> Path:
+    return root / "hidden_states" / "demo" / "tensors" / f"{i:04d}.safetensors"
+
+
+def flip_last_byte(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+
+
+def forge(folder: Path, path: Path) -> None:
+    """What a forger does: change a file, record its new hash in lineage.json and rewrite lineage.sha256."""
+    flip_last_byte(path)
+    record = json.loads((folder / LINEAGE_FILE).read_text())
+    for artifact in record["artifacts"]:
+        if artifact["path"].endswith(path.name):
+            artifact["sha256"] = file_sha256(path)
+    (folder / LINEAGE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    (folder / LINEAGE_DIGEST_FILE).write_text(f"{file_sha256(folder / LINEAGE_FILE)}  {LINEAGE_FILE}\n")
+
+
+def test_parallel_hashing_finds_what_one_file_after_another_finds(tmp_path):
+    root = tmp_path / "data"
+    folder = make_checkpoint(root, files=40)
+    flip_last_byte(tensor(root, 3))
+    tensor(root, 7).unlink()
+    expected = [
+        Discrepancy("changed", "hidden_states/demo/tensors/0003.safetensors", tensor(root, 3), "hidden_states"),
+        Discrepancy("vanished", "hidden_states/demo/tensors/0007.safetensors", tensor(root, 7), "hidden_states"),
+    ]
+    one = verify_lineage(folder, workers=1)
+    many = verify_lineage(folder, workers=16)
+    assert one.problems == many.problems == expected
+    assert one.checked == many.checked == 40 + 1 + 3  # tensors, the links, the checkpoint's own files
+    assert one.tier == many.tier == "full" and one.seed is None
+    assert one.hashed_files == many.hashed_files == 39 + 2 + 1  # vanished: none; model files: once; training.json
+    assert one.hashed_bytes == many.hashed_bytes
+
+
+def test_the_weights_are_read_once(tmp_path, monkeypatch):
+    folder = make_checkpoint(tmp_path / "data")
+    reads = weight_reads(monkeypatch)
+    assert verify_lineage(folder, workers=4).problems == []
+    assert reads == [folder / "model.safetensors"]
+
+
+def test_progress_reports_every_file_and_byte(tmp_path):
+    folder = make_checkpoint(tmp_path / "data")
+    seen = []
+    result = verify_lineage(folder, workers=3, progress=seen.append)
+    last = seen[-1]
+    # One job per entry, the checkpoint's config and weights among them (hashed once for every check).
+    assert last.files_done == last.files_total == result.checked
+    assert last.bytes_done == last.bytes_total == result.hashed_bytes > 0
+    assert all(a.files_done <= b.files_done for a, b in itertools.pairwise(seen))
+
+
+def test_quick_catches_a_size_change_and_a_sampled_content_change_and_names_its_seed(tmp_path):
+    root = tmp_path / "data"
+    folder = make_checkpoint(root)
+    with tensor(root, 2).open("ab") as fh:
+        fh.write(b"x")
+    result = verify_lineage(folder, quick=True, sample=0)
+    assert result.tier == "quick" and isinstance(result.seed, int) and result.sampled == 0
+    [problem] = result.problems
+    assert (problem.kind, problem.where) == ("changed", tensor(root, 2)) and "recorded" in problem.detail
+    assert result.hashed_files == 2  # only the checkpoint's config and weights
+    # Same size, other bytes: only a sample holding the file finds it.
+    with tensor(root, 2).open("r+b") as fh:
+        fh.truncate(tensor(root, 2).stat().st_size - 1)
+    flip_last_byte(tensor(root, 5))
+    assert verify_lineage(folder, quick=True, sample=0).problems == []
+    everything = verify_lineage(folder, quick=True, sample=100, seed=7)
+    assert [(p.kind, p.where) for p in everything.problems] == [("changed", tensor(root, 5))]
+    assert everything.seed == 7 and everything.sampled == 13  # 12 tensors and training.json
+    # A seed names one sample: a run repeats with it.
+    runs = [verify_lineage(folder, quick=True, sample=4, seed=seed) for seed in (1, 1, 2)]
+    assert runs[0].problems == runs[1].problems and runs[0].hashed_bytes == runs[1].hashed_bytes
+
+
+def test_quick_hashes_a_file_recorded_without_a_size(tmp_path):
+    root = tmp_path / "data"
+    folder = make_checkpoint(root, unsized=(4,))
+    flip_last_byte(tensor(root, 4))
+    [problem] = verify_lineage(folder, quick=True, sample=0).problems
+    assert (problem.kind, problem.where) == ("changed", tensor(root, 4))
+
+
+def test_a_forged_record_passes_without_the_key_and_fails_with_it(tmp_path):
+    root = tmp_path / "data"
+    folder = make_checkpoint(root, key=KEY)
+    assert (folder / LINEAGE_SIGNATURE_FILE).read_text().startswith("hmac-sha256 ")
+    assert verify_lineage(folder, key=KEY).signature == "ok"
+    forge(folder, tensor(root, 1))
+    alone = verify_lineage(folder)
+    assert alone.problems == [] and alone.signature == "unchecked"  # self-consistent: all it can tell
+    keyed = verify_lineage(folder, key=KEY)
+    assert keyed.signature == "mismatch"
+    assert [(p.kind, p.path) for p in keyed.problems] == [("signature", LINEAGE_SIGNATURE_FILE)]
+    assert "does not match lineage.json" in keyed.problems[0].detail
+    result = runner.invoke(app, ["lineage", "verify", str(folder)], env={**NO_ENV, KEY_ENV: KEY.decode()})
+    assert result.exit_code == 1 and f"signature: lineage {LINEAGE_SIGNATURE_FILE}" in result.output, result.output
+
+
+def test_a_missing_signature_fails_when_a_key_is_given(tmp_path):
+    folder = make_checkpoint(tmp_path / "data")
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY.decode() + "\n")
+    result = runner.invoke(app, ["lineage", "verify", str(folder), "--key-file", str(key_file)], env=NO_ENV)
+    assert result.exit_code == 1, result.output
+    assert f"signature: lineage {LINEAGE_SIGNATURE_FILE}" in result.output and "--sign" in result.output
+    # --sign signs only a record the Dagster instance confirms.
+    result = runner.invoke(app, ["lineage", "verify", str(folder), "--key-file", str(key_file), "--sign"], env=NO_ENV)
+    assert result.exit_code == 1 and "not signed: the Dagster instance did not confirm" in result.output
+    assert not (folder / LINEAGE_SIGNATURE_FILE).exists()
+
+
+def test_sign_writes_the_signature_of_a_record_the_instance_confirms(tmp_path):
+    folder = make_checkpoint(tmp_path / "data")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        metadata = {"path": str(folder), LINEAGE_DIGEST_KEY: file_sha256(folder / LINEAGE_FILE)}
+        instance.report_runless_asset_event(dg.AssetMaterialization(EAGLE3_CHECKPOINT, metadata=metadata))
+        env = {**NO_ENV, "DAGSTER_HOME": str(home), KEY_ENV: KEY.decode()}
+        result = runner.invoke(app, ["lineage", "verify", str(folder), "--sign"], env=env)
+        assert result.exit_code == 0, result.output
+        assert "matches lineage.sha256 and the Dagster instance and lineage.sig (signed now)" in result.output
+        assert verify_lineage(folder, instance=instance, key=KEY).problems == []
+
+
+def test_the_command_names_the_tier_and_what_it_cannot_tell_without_a_key(tmp_path):
+    folder = make_checkpoint(tmp_path / "data")
+    full = runner.invoke(app, ["lineage", "verify", str(folder), "--workers", "2"], env=NO_ENV)
+    assert full.exit_code == 0, full.output
+    assert full.output.startswith("ok: lineage.json matches lineage.sha256; 16 artifacts match their recorded sha256")
+    assert "full tier" in full.output and "MB/s" in full.output
+    assert "checks only that the record is self-consistent" in full.output
+    quick = runner.invoke(
+        app, ["lineage", "verify", str(folder), "--quick", "--sample", "3", "--seed", "11"], env=NO_ENV
+    )
+    assert quick.exit_code == 0, quick.output
+    assert "3 sampled ones their sha256 (quick tier)" in quick.output and "--quick --sample 3 --seed 11" in quick.output
+    keyed = runner.invoke(app, ["lineage", "verify", str(folder)], env={**NO_ENV, KEY_ENV: KEY.decode()})
+    assert keyed.exit_code == 1 and "self-consistent" not in keyed.output  # the key: no caveat, and no signature
+
+
+def test_the_lineage_key_comes_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    for name in (KEY_ENV, KEY_FILE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert lineage_key() is None
+    monkeypatch.setenv(KEY_ENV, "from-env")
+    assert lineage_key() == b"from-env"
+    key_file = tmp_path / "key"
+    key_file.write_text("  from-file\n")
+    monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
+    assert lineage_key() == b"from-file"
+    assert lineage_key(key_file) == b"from-file"
+    key_file.write_text("\n")
+    with pytest.raises(LineageError, match="empty"):
+        lineage_key()
+    with pytest.raises(LineageError, match="cannot be read"):
+        lineage_key(tmp_path / "absent")
