@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from eagle_assets.core.files import file_sha256
 from eagle_assets.core.layout import (
-    INDEX_FILE,
+    HIDDEN_STATES,
     MANIFEST_FILE,
     PER_DATASET_STAGES,
+    REASONING_SAMPLES,
+    TOKEN_SEQUENCES,
     TOKENIZATION_FILE,
-    TRAINING_DATA,
-    TRAINING_LINKS,
 )
-from eagle_assets.lineage.record import DATA_VERSION_TAG, LINEAGE_FORMAT, file_entry, jsonable, links_entry, read_json
+from eagle_assets.lineage.artifacts import stored_folder, stored_versions, training_data_artifacts, upstream_artifacts
+from eagle_assets.lineage.record import DATA_VERSION_TAG, LINEAGE_FORMAT, jsonable, read_json
 from eagle_assets.plugin_manager import dataset_source_registrations
 from eagle_assets.reasoning_samples.store import load_samples, turn_mode
 
@@ -102,48 +102,6 @@ def provenance_links(dagster_records: Mapping[str, Mapping[str, dict | None]]) -
     return links
 
 
-def _plain_files(folder: Path) -> Iterable[Path]:
-    """Files directly in ``folder``, temporaries (``.name.tmp``) and hidden files excluded."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-
-
-def upstream_artifacts(root: Path, partitions: Iterable[str]) -> list[dict]:
-    """Every stored upstream file of ``partitions`` with its sha256, paths relative to ``root``.
-
-    Hidden-state tensors are listed from the index with the sha256 their writer recorded (hashing
-    terabytes again here would be the slow part of a production checkpoint); ``verify`` rehashes them.
-    """
-    root = Path(root)
-    found: list[dict] = []
-    for partition in partitions:
-        for asset in PER_DATASET_STAGES:
-            folder = root / asset / partition
-            if not folder.is_dir():
-                continue
-            found += [file_entry(root, p, asset, partition) for p in _plain_files(folder)]
-            index = folder / INDEX_FILE
-            if asset == "hidden_states" and index.exists():
-                rows = pq.read_table(index, columns=["file", "sha256"]).to_pylist()
-                files = {r["file"]: r["sha256"] for r in rows}  # rows sharing content share a file
-                found += [file_entry(root, folder / f, asset, partition, sha) for f, sha in sorted(files.items())]
-    return found
-
-
-def training_data_artifacts(root: Path, folder: Path) -> list[dict]:
-    """The speculators training folder (rows, Arrow data, token counts, vocab maps) with every file's
-    sha256; its hidden-state links are one entry whose hash covers each link's name and target."""
-    root, folder = Path(root), Path(folder)
-    found = [
-        file_entry(root, p, TRAINING_DATA, None)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
-    ]
-    links = folder / TRAINING_LINKS
-    if links.is_dir():
-        found.append(links_entry(root, links, TRAINING_DATA))
-    return found
-
-
 def _file_hash_or_none(path: Path) -> str | None:
     return file_sha256(path)[:16] if path.is_file() else None
 
@@ -170,9 +128,8 @@ def _distinct(values: Iterable) -> list:
     return sorted({v for v in values if v is not None}, key=str)
 
 
-def _generation_facts(root: Path, partition: str, meta: dict) -> dict:
-    """Server, model and sampling as recorded on the samples themselves (one value unless mixed)."""
-    folder = root / "reasoning_samples" / partition
+def _generation_facts(folder: Path, meta: dict) -> dict:
+    """Server, model and sampling as recorded on the samples of the recipe ``folder`` (one value unless mixed)."""
     facts: dict[str, Any] = {}
     if folder.is_dir():
         samples = load_samples(folder, columns=["status", "server_model", "vllm_version", "sampling"])
@@ -235,17 +192,25 @@ def collect_lineage(
         asset: {p: latest_materialization(instance, asset, p) for p in partitions} for asset in PER_DATASET_STAGES
     }
 
+    # Read once: the files, reports and version ids recorded are those of the same version folders.
+    versions = stored_versions(root, partitions)
+
+    def stored(asset: str, partition: str) -> Path:
+        return stored_folder(root, asset, partition, versions[asset][partition])
+
     def meta(asset: str, partition: str) -> dict:
         return (dagster[asset][partition] or {}).get("metadata", {})
 
     sections = {
         "prompt_sources": {p: _source_facts(p, meta("prompts", p)) for p in partitions},
-        "generation": {p: _generation_facts(root, p, meta("reasoning_samples", p)) for p in partitions},
+        "generation": {
+            p: _generation_facts(stored(REASONING_SAMPLES, p), meta(REASONING_SAMPLES, p)) for p in partitions
+        },
         "tokenization": {},
         "hidden_states": {},
     }
     for p in partitions:
-        report = read_json(root / "token_sequences" / p / TOKENIZATION_FILE)
+        report = read_json(stored(TOKEN_SEQUENCES, p) / TOKENIZATION_FILE)
         verifier = _verifier_files(report.get("verifier"))
         sections["tokenization"][p] = {
             "verifier": report.get("verifier"),
@@ -255,10 +220,10 @@ def collect_lineage(
             "policy": report.get("policy"),
             "drift": report.get("drift"),
         }
-        manifest = read_json(root / "hidden_states" / p / MANIFEST_FILE)
+        manifest = read_json(stored(HIDDEN_STATES, p) / MANIFEST_FILE)
         sections["hidden_states"][p] = {**manifest, "metadata": meta("hidden_states", p)}
 
-    artifacts = upstream_artifacts(root, partitions)
+    artifacts = upstream_artifacts(root, versions)
     if training_folder is not None:
         artifacts += training_data_artifacts(root, Path(training_folder).resolve())
     run_ids = {f"{asset}[{p}]": rec["run_id"] for asset, by_p in dagster.items() for p, rec in by_p.items() if rec}
@@ -273,6 +238,7 @@ def collect_lineage(
         "training": {**dict(training or {}), "code_version": checkpoint_code_version, "versions": _package_versions()},
         "run_ids": run_ids,
         "dagster": dagster,
+        "versions": versions,
         "links": provenance_links(dagster),
         "artifacts": artifacts,
     }

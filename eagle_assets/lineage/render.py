@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from eagle_assets.core.layout import EAGLE3_CHECKPOINT
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, PER_DATASET_STAGES, published_kind
 
 
 def lineage_metadata(lineage: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,6 +109,10 @@ def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None 
             f"  -> hidden_states[{p}]: backend {hs.get('backend') or verifier.get('backend')}, "
             f"layers {hs.get('layer_ids')}, dtype {hs.get('dtype')}, {shards} tensor files; {prov('hidden_states', p)}"
         )
+        versions = {asset: by_partition.get(p) for asset, by_partition in lineage.get("versions", {}).items()}
+        stored = [f"{a} {published_kind(a)}/{versions[a]}" for a in PER_DATASET_STAGES if versions.get(a)]
+        if stored:
+            lines.append(f"     files of {p}: {', '.join(stored)}")
     stale = [link for link in lineage.get("links", []) if not link["consistent"]]
     for link in stale:
         lines.append(

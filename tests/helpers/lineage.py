@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from eagle_assets.core.files import combined_hash, file_sha256
+from eagle_assets.core.layout import prompts_file, samples_folder
 from eagle_assets.eagle3_checkpoint import asset as ckpt_family
 from eagle_assets.hidden_states import asset as hs_family
 from eagle_assets.orchestration.partitions import source_partitions
@@ -32,11 +33,11 @@ def chain_assets(tokenizer) -> list[dg.AssetsDefinition]:
         """Samples the verifier could have written, stored through the real shard writer."""
         import pyarrow.parquet as pq
 
-        prompts = pq.read_table(storage.path("prompts", context.partition_key) / "prompts.parquet").to_pylist()
+        prompts = pq.read_table(prompts_file(storage.root, context.partition_key)).to_pylist()
         write_samples(
             storage, [sample_row(p, tokenizer, steps=2, sampling=json.dumps({"temperature": 0.0})) for p in prompts]
         )
-        samples = load_samples(storage.path("reasoning_samples", context.partition_key))
+        samples = load_samples(samples_folder(storage.root, context.partition_key))
         return dg.MaterializeResult(
             metadata={"ok": samples.num_rows, "reasoning_parser": "qwen3"},
             data_version=dg.DataVersion(combined_hash(samples["prompt_id"].to_pylist())[:16]),

@@ -19,7 +19,14 @@ from typer.testing import CliRunner
 
 from eagle_assets.cli import app
 from eagle_assets.core.files import checkpoint_hash, file_sha256
-from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE, PER_DATASET_STAGES
+from eagle_assets.core.layout import (
+    LINEAGE_DIGEST_FILE,
+    LINEAGE_FILE,
+    PER_DATASET_STAGES,
+    current_version,
+    prompts_file,
+    published_kind,
+)
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.eagle3_checkpoint.asset import CODE_VERSION as CHECKPOINT_CODE_VERSION
 from eagle_assets.lineage.collect import dagster_input_version, latest_materialization
@@ -90,11 +97,33 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
     samples_version = lineage["dagster"]["reasoning_samples"][PARTITION]["data_version"]
     consumed = lineage["dagster"]["token_sequences"][PARTITION]["input_data_versions"]["reasoning_samples"]
     assert consumed == dagster_input_version({PARTITION: samples_version})
+    # The files of each upstream partition's current version folder (named by its data version; the
+    # samples': by their recipe), which no later materialization rewrites, and the indexed tensors.
+    versions = lineage["versions"]
+    assert versions == {asset: {PARTITION: current_version(root / asset / PARTITION)} for asset in PER_DATASET_STAGES}
+    for asset in ("prompts", "token_sequences", "hidden_states"):
+        assert versions[asset][PARTITION] == lineage["dagster"][asset][PARTITION]["data_version"]
+    v = {asset: by_partition[PARTITION] for asset, by_partition in versions.items()}
     paths = {a["path"] for a in lineage["artifacts"]}
-    assert f"prompts/{PARTITION}/prompts.parquet" in paths
-    assert f"token_sequences/{PARTITION}/sequences.parquet" in paths
-    assert any(p.startswith(f"reasoning_samples/{PARTITION}/shard-") for p in paths)
+    assert {
+        f"prompts/{PARTITION}/versions/{v['prompts']}/{name}" for name in ("prompts.parquet", "skipped.json")
+    } <= paths
+    assert {
+        f"token_sequences/{PARTITION}/versions/{v['token_sequences']}/{name}"
+        for name in ("sequences.parquet", "tokenization.json")
+    } <= paths
+    assert {
+        f"hidden_states/{PARTITION}/versions/{v['hidden_states']}/{name}" for name in ("index.parquet", "manifest.json")
+    } <= paths
+    assert any(p.startswith(f"reasoning_samples/{PARTITION}/recipes/{v['reasoning_samples']}/shard-") for p in paths)
     assert any(p.startswith(f"hidden_states/{PARTITION}/tensors/") for p in paths)
+    # Nothing outside them: no pointer (current.json) that a later materialization moves.
+    stored = {asset: f"{asset}/{PARTITION}/{published_kind(asset)}/{v[asset]}/" for asset in PER_DATASET_STAGES}
+    assert all(
+        a["path"].startswith((stored[a["asset"]], f"hidden_states/{PARTITION}/tensors/"))
+        for a in lineage["artifacts"]
+        if a["asset"] in stored
+    )
     # Every file of the kept folder but the record and its digest, the weights and training.json among them.
     assert (
         {f["path"] for f in lineage["checkpoint_files"]}
@@ -143,6 +172,13 @@ def test_show_prints_the_chain(chain):
     assert order == sorted(order)
     # token_sequences' policy, per quality class too, is part of the chain.
     assert '"quality_policy": {' in lines[order[2]]
+    # Where each upstream partition's files are: its version (the samples': recipe) folder.
+    versions = read_lineage(ckpt)["versions"]
+    assert (
+        f"     files of {PARTITION}: "
+        + ", ".join(f"{asset} {published_kind(asset)}/{versions[asset][PARTITION]}" for asset in PER_DATASET_STAGES)
+        in lines
+    )
 
 
 def test_verify_passes_on_an_intact_chain(chain):
@@ -242,10 +278,10 @@ def test_the_checkpoint_folder_name_is_its_content_hash(chain, tmp_path):
 @pytest.mark.parametrize(
     "pattern",
     [
-        f"prompts/{PARTITION}/prompts.parquet",
-        f"reasoning_samples/{PARTITION}/shard-*.parquet",
-        f"token_sequences/{PARTITION}/sequences.parquet",
-        f"hidden_states/{PARTITION}/index.parquet",
+        f"prompts/{PARTITION}/versions/*/prompts.parquet",
+        f"reasoning_samples/{PARTITION}/recipes/*/shard-*.parquet",
+        f"token_sequences/{PARTITION}/versions/*/sequences.parquet",
+        f"hidden_states/{PARTITION}/versions/*/index.parquet",
         f"hidden_states/{PARTITION}/tensors/*.safetensors",
         "eagle3_checkpoint/[0-9a-f]*/model.safetensors",
         "eagle3_checkpoint/_work/data-*/token_freq.pt",
@@ -302,6 +338,7 @@ def test_a_moved_storage_root_verifies_with_root(chain, tmp_path):
     shutil.copytree(root, copy, symlinks=True)  # as `mv` or `cp -a` would: links stay links
     moved_ckpt = copy / "eagle3_checkpoint" / ckpt.name
     assert runner.invoke(app, ["lineage", "verify", str(moved_ckpt), "--root", str(copy)]).exit_code == 0
-    (copy / "prompts" / PARTITION / "prompts.parquet").write_bytes(b"not the prompts")
+    prompts = prompts_file(copy, PARTITION)
+    prompts.write_bytes(b"not the prompts")
     result = runner.invoke(app, ["lineage", "verify", str(moved_ckpt), "--root", str(copy)])
-    assert result.exit_code == 1 and f"prompts/{PARTITION}/prompts.parquet" in result.output
+    assert result.exit_code == 1 and prompts.relative_to(copy).as_posix() in result.output
