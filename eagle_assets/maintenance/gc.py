@@ -2,24 +2,26 @@
 
 Referenced, and never removed:
 
-- the files of the **current materialization** of every upstream asset partition (the Dagster
-  instance's latest one): the single-file assets' files, every reasoning-sample shard that still holds
-  a prompt's latest row, the hidden-state files the current ``index.parquet`` lists;
+- the **current** version folder of every upstream asset partition (``versions/<v>/``, and for
+  reasoning_samples the current recipe's ``recipes/<id>/``, as ``current.json`` names them), every
+  reasoning-sample shard of a kept recipe folder that still holds a row's latest sample, the hidden-state
+  files a kept version's ``index.parquet`` lists;
 - everything a **kept checkpoint** needs: its folder (``lineage.json``, ``lineage.sha256``, weights),
   every artifact its ``lineage.json`` records (upstream files and the training folder, whose links'
-  targets count too), the training data and run folders its ``training.json`` names, and the verifier
-  folder its ``config.json`` names (speculators loads the verifier from there: a resolved one lies in
-  ``eagle3_checkpoint/_work``);
+  targets count too) and so the version and recipe folders holding them, the training data and trainer
+  folders its ``training.json`` names, and the verifier folder its ``config.json`` names (speculators
+  loads the verifier from there: a resolved one lies in ``eagle3_checkpoint/_work``);
 - the current ``eagle3_checkpoint`` and ``eagle3_eval`` materializations' folders, of every training run
   (each run's latest checkpoint is kept beyond ``keep_checkpoints``).
 
-Garbage: hidden-state files of earlier materializations, superseded shards (every row re-captured in a
-later shard), training data and run folders under ``eagle3_checkpoint/_work`` and the resolved verifier
-folders beside them (``verifier-*``: a nested verifier's decoder as speculators reads it, made for
-training), checkpoints beyond the newest ``keep_checkpoints`` (with their evaluations), and
-temporaries left by killed writers. A partition
-folder the instance has no materialization for is left alone (it may belong to another instance), and
-nothing is deleted while a Dagster run is in progress (its files are not indexed yet).
+Garbage: version and recipe folders that are neither current nor hold a kept checkpoint's file,
+hidden-state files no kept index lists, superseded shards (every row re-captured in a later shard of
+the same recipe), training data and trainer folders under ``eagle3_checkpoint/_work`` and the resolved
+verifier folders beside them (``verifier-*``: a nested verifier's decoder as speculators reads it, made
+for training), checkpoints beyond the newest ``keep_checkpoints`` (with their evaluations), and
+temporaries left by killed writers. A partition folder the instance has no materialization for is left
+alone (it may belong to another instance), and nothing is deleted while a Dagster run is in progress
+(its files are not published yet).
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ import pyarrow.parquet as pq
 
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT as CHECKPOINTS
 from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
-from eagle_assets.core.layout import INDEX_FILE, PER_DATASET_STAGES, WORK_DIR
+from eagle_assets.core.layout import (
+    HIDDEN_STATES,
+    INDEX_FILE,
+    PER_DATASET_STAGES,
+    REASONING_SAMPLES,
+    WORK_DIR,
+    current_version,
+    published_kind,
+)
 from eagle_assets.core.layout import TENSORS_DIR as TENSORS
 from eagle_assets.core.shards import shard_paths
 from eagle_assets.core.units import human_bytes
@@ -63,12 +73,16 @@ class CollectionRefused(RuntimeError):
     """Deleting now could remove files a running step is writing; the message names the runs."""
 
 
+VERSION_FOLDER, RECIPE_FOLDER = "version folder", "recipe folder"
+
+
 @dataclass(frozen=True)
 class Garbage:
     path: Path
     bytes: int
-    kind: str  # "hidden-state file" | "superseded shard" | "training folder" | "resolved verifier" | "checkpoint"
-    #            | "evaluation" | "temporary"
+    kind: str  # "hidden-state file" | "superseded shard" | VERSION_FOLDER | RECIPE_FOLDER | "training folder"
+    #            | "resolved verifier" | "checkpoint" | "evaluation" | "temporary"
+    rows: int | None = None  # a recipe folder's samples
 
 
 @dataclass
@@ -92,25 +106,47 @@ def _size(path: Path) -> int:
 
 
 def _superseded_shards(folder: Path) -> list[Path]:
-    """Shards none of whose rows is a prompt's latest (each prompt's row in a later shard wins)."""
+    """Shards of a recipe ``folder`` none of whose rows is its prompt turn's latest (a later shard's row wins)."""
     shards = shard_paths(folder)
-    latest: dict[str, int] = {}
+    latest: dict[tuple[str, int], int] = {}
     for i, shard in enumerate(shards):
-        for pid in pq.read_table(shard, columns=["prompt_id"])["prompt_id"].to_pylist():
-            latest[pid] = i
+        rows = pq.read_table(shard, columns=["prompt_id", "turn"])
+        for key in zip(rows["prompt_id"].to_pylist(), rows["turn"].to_pylist()):
+            latest[key] = i
     live = set(latest.values())
     return [s for i, s in enumerate(shards) if i not in live]
 
 
-def _partition_garbage(asset: str, folder: Path) -> Iterable[tuple[Path, str]]:
-    """Candidates in one partition folder of a current materialization."""
+def _samples(folder: Path) -> int:
+    return sum(pq.read_metadata(shard).num_rows for shard in shard_paths(folder))
+
+
+def _partition_garbage(asset: str, folder: Path, root: Path, protected: Protected) -> Iterable[tuple[Path, str]]:
+    """Candidates in one partition folder: published folders neither current nor holding a kept
+    checkpoint's file, and what the kept ones no longer need."""
+    published = folder / published_kind(asset)
+    current, kept, dropped = current_version(folder), [], []
+    for version in sorted(p for p in published.iterdir() if p.is_dir()) if published.is_dir() else ():
+        if version.name.startswith("."):
+            continue  # a publication's temporary: below
+        is_kept = version.name == current or protected.covers(version.relative_to(root).as_posix())
+        (kept if is_kept else dropped).append(version)
+        if not is_kept:
+            yield version, RECIPE_FOLDER if asset == REASONING_SAMPLES else VERSION_FOLDER
     for tmp in folder.rglob(".*.tmp"):
-        yield tmp, "temporary"
-    if asset == "reasoning_samples":
-        for shard in _superseded_shards(folder):
-            yield shard, "superseded shard"
-    if asset == "hidden_states" and (folder / INDEX_FILE).is_file():
-        indexed = set(pq.read_table(folder / INDEX_FILE, columns=["file"])["file"].to_pylist())
+        if not any(tmp.is_relative_to(d) for d in dropped):
+            yield tmp, "temporary"
+    if asset == REASONING_SAMPLES:
+        for recipe in kept:
+            for shard in _superseded_shards(recipe):
+                yield shard, "superseded shard"
+    if asset == HIDDEN_STATES:
+        indexed = {
+            f
+            for version in kept
+            if (version / INDEX_FILE).is_file()
+            for f in pq.read_table(version / INDEX_FILE, columns=["file"])["file"].to_pylist()
+        }
         tensors = folder / TENSORS
         for path in sorted(tensors.glob("*.safetensors")) if tensors.is_dir() else ():
             if f"{TENSORS}/{path.name}" not in indexed:
@@ -172,12 +208,12 @@ def find_garbage(root: str | Path, instance: dg.DagsterInstance, keep_checkpoint
                     "of it under this storage root (another instance's data?)"
                 )
                 continue
-            candidates += list(_partition_garbage(asset, folder))
+            candidates += list(_partition_garbage(asset, folder, root, protected))
 
     for path, kind in candidates:
         rel = path.relative_to(root).as_posix()
         if not protected.covers(rel):
-            result.garbage.append(Garbage(path, _size(path), kind))
+            result.garbage.append(Garbage(path, _size(path), kind, _samples(path) if kind == RECIPE_FOLDER else None))
     return result
 
 
@@ -217,7 +253,8 @@ def report_lines(collection: Collection, verbose: bool = False) -> list[str]:
         if item.kind in ("hidden-state file", "temporary") and not verbose:
             grouped[(item.kind, item.path.parent)].append(item)
         else:
-            lines.append(f"{item.kind:<18} {item.path.relative_to(root)}  {human_bytes(item.bytes)}")
+            rows = f", {item.rows} samples" if item.rows is not None else ""
+            lines.append(f"{item.kind:<18} {item.path.relative_to(root)}  {human_bytes(item.bytes)}{rows}")
     for (kind, folder), items in sorted(grouped.items(), key=lambda kv: str(kv[0][1])):
         lines.append(
             f"{kind:<18} {folder.relative_to(root)}/: {len(items)} files  {human_bytes(sum(i.bytes for i in items))}"

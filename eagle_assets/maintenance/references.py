@@ -20,19 +20,20 @@ class Protected:
     def __init__(self) -> None:
         self.files: set[str] = set()
         self.folders: set[str] = set()
+        self.holding: set[str] = set()  # every folder above a protected path
 
     def add(self, rel: str, folder: bool = False) -> None:
-        (self.folders if folder else self.files).add(rel.strip("/"))
+        rel = rel.strip("/")
+        (self.folders if folder else self.files).add(rel)
+        parts = rel.split("/")
+        self.holding.update("/".join(parts[:i]) for i in range(1, len(parts)))
 
     def covers(self, rel: str) -> bool:
         """``rel`` is protected itself, lies in a protected folder, or (a folder) holds something protected."""
-        if rel in self.files or rel in self.folders:
+        if rel in self.files or rel in self.folders or rel in self.holding:
             return True
         parts = rel.split("/")
-        if any("/".join(parts[:i]) in self.folders for i in range(1, len(parts))):
-            return True
-        prefix = rel + "/"
-        return any(p.startswith(prefix) for p in (*self.folders, *self.files))
+        return any("/".join(parts[:i]) in self.folders for i in range(1, len(parts)))
 
 
 def relative_to_root(path: str | Path, root: Path, recorded_root: Path | None = None) -> str | None:
@@ -97,7 +98,7 @@ def protect_checkpoint(folder: Path, root: Path, protected: Protected) -> None:
     if rel is not None:
         protected.add(rel, folder=True)
     training = read_json(folder / TRAINING_FILE)
-    for where in (training.get("data", {}).get("folder"), training.get("run", {}).get("folder")):
+    for where in (training.get("data", {}).get("folder"), training.get("trainer", {}).get("folder")):
         rel = relative_to_root(where, root, recorded) if where else None
         if rel is None:
             continue

@@ -5,10 +5,11 @@ the real store, the real token_sequences, hidden_states and ``eagle3_checkpoint`
 verifier), all recorded in one Dagster instance at $DAGSTER_HOME:
 
 1. prompts seed 0 -> ... -> hidden_states, then checkpoint A;
-2. prompts seed 1 -> ... -> hidden_states, then checkpoint B (A's single-file inputs, prompts.parquet
-   and the like, are rewritten in place: A no longer verifies fully, before any gc);
+2. prompts seed 1 -> ... -> hidden_states, then checkpoint B (new version folders beside A's, which
+   stay as they were: both verify);
 3. upstream re-materialized: reasoning_samples twice (the first new shards superseded, and B's too),
-   hidden_states with other aux layers, then with the default ones again (the first files unindexed).
+   hidden_states with other aux layers (a version folder no checkpoint records), then with the default
+   ones again (B's version current again, the other layers' files unindexed).
 """
 
 from pathlib import Path
@@ -20,7 +21,7 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from eagle_assets.cli import app
-from eagle_assets.core.layout import PER_DATASET_STAGES
+from eagle_assets.core.layout import PER_DATASET_STAGES, current_version, index_file
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.core.units import human_bytes
 from eagle_assets.lineage.record import read_lineage
@@ -95,32 +96,39 @@ def _verify(checkpoint: Path) -> None:
     assert result.exit_code == 0, result.output
 
 
-def _problems(checkpoint: Path) -> set[str]:
-    result = runner.invoke(app, ["lineage", "verify", str(checkpoint)])
-    return {line for line in result.output.splitlines() if line.startswith(("changed:", "vanished:"))}
-
-
 def _indexed(root: Path) -> set[Path]:
+    """The tensor files the current index lists."""
     folder = root / "hidden_states" / PARTITION
-    return {folder / f for f in pq.read_table(folder / "index.parquet", columns=["file"])["file"].to_pylist()}
+    return {folder / f for f in pq.read_table(index_file(root, PARTITION), columns=["file"])["file"].to_pylist()}
+
+
+def _versions(root: Path) -> set[Path]:
+    return set((root / "hidden_states" / PARTITION / "versions").iterdir())
 
 
 def test_gc_frees_unreferenced_files_and_keeps_checkpoints_verifiable(storage):
     instance, root, (first, second) = storage
     assert first != second
+    # Each materialization published its own files: the later ones rewrote nothing A recorded.
+    _verify(first)
     _verify(second)
-    # A's rewritten single files were never gc's doing; gc must not add a single problem to them.
-    first_problems = _problems(first)
-    assert first_problems and all(" prompts/" in p or ("/demo/" in p and "tensors" not in p) for p in first_problems)
     recorded = {root / a["path"] for c in (first, second) for a in read_lineage(c)["artifacts"]}
+    assert (
+        current_version(root / "hidden_states" / PARTITION)
+        == read_lineage(second)["versions"]["hidden_states"][PARTITION]
+    )
+    # The other aux layers' extraction: a version folder neither current nor recorded by a checkpoint.
+    [other_layers] = [v for v in _versions(root) if not any(v in p.parents for p in recorded)]
 
     # Listing deletes nothing; what it lists is what no current materialization nor checkpoint needs.
     listing = runner.invoke(app, ["gc", "--root", str(root), "--verbose"])
     assert listing.exit_code == 0, listing.output
     garbage = find_garbage(root, instance)
     kinds = {g.kind for g in garbage.garbage}
-    assert kinds == {"hidden-state file", "superseded shard"}, listing.output
+    assert kinds == {"hidden-state file", "superseded shard", "version folder"}, listing.output
+    assert [g.path for g in garbage.garbage if g.kind == "version folder"] == [other_layers]
     assert all(g.path.exists() and g.path not in recorded and g.path not in _indexed(root) for g in garbage.garbage)
+    assert not any(g.path in p.parents for g in garbage.garbage for p in recorded)
     assert all(str(g.path.relative_to(root)) in listing.output for g in garbage.garbage)
 
     deleted = runner.invoke(app, ["gc", "--root", str(root), "--delete"])
@@ -129,14 +137,19 @@ def test_gc_frees_unreferenced_files_and_keeps_checkpoints_verifiable(storage):
     assert not any(g.path.exists() for g in garbage.garbage)
     assert all(path.exists() for path in _indexed(root))
     _verify(second)
-    assert _problems(first) == first_problems
+    _verify(first)
     assert find_garbage(root, instance).garbage == []
 
     # Keeping only the newest checkpoint: the older one, its training folders and the features only
     # it recorded go; the newest still verifies.
     older = find_garbage(root, instance, keep_checkpoints=1)
     assert older.removed_checkpoints == [first] and older.kept_checkpoints == [second]
-    assert {g.kind for g in older.garbage} == {"checkpoint", "training folder", "hidden-state file"}
+    assert {g.kind for g in older.garbage} == {"checkpoint", "training folder", "hidden-state file", "version folder"}
+    first_versions = read_lineage(first)["versions"]
+    assert {g.path for g in older.garbage if g.kind == "version folder"} == {
+        root / asset / PARTITION / "versions" / first_versions[asset][PARTITION]
+        for asset in ("prompts", "token_sequences", "hidden_states")
+    }
     only_first = (
         {root / a["path"] for a in read_lineage(first)["artifacts"]}
         - {root / a["path"] for a in read_lineage(second)["artifacts"]}

@@ -94,3 +94,92 @@ def test_the_resolved_verifier_a_kept_checkpoint_names_is_kept(tmp_path):
             named,
             other,
         }
+
+
+def _materialized(instance, *assets: str, partition: str = "demo") -> None:
+    for asset in assets:
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset, partition=partition))
+
+
+def _shard(folder, name: str, keys: list[tuple[str, int]]) -> None:
+    import pyarrow as pa
+
+    from eagle_assets.core.files import write_parquet
+
+    rows = pa.table({"prompt_id": [p for p, _ in keys], "turn": pa.array([t for _, t in keys], pa.int32())})
+    write_parquet(rows, folder / f"shard-{name}.parquet")
+
+
+def test_published_folders_go_unless_current_or_recorded_and_take_their_files_with_them(tmp_path):
+    """Version folders (prompts, token_sequences, hidden_states) and recipe folders (reasoning_samples) are
+    garbage when neither current nor holding a file a kept checkpoint's lineage records; the hidden-state
+    files only such versions index go too, and a recipe's shards are superseded per (prompt, turn)."""
+    import json
+
+    import pyarrow as pa
+
+    from eagle_assets.core.files import publish_version, write_json, write_parquet
+    from eagle_assets.core.layout import CURRENT_FILE
+    from eagle_assets.maintenance.gc import report_lines
+
+    prompts, hidden = tmp_path / "prompts" / "demo", tmp_path / "hidden_states" / "demo"
+    for version in ("0" * 16, "2" * 16, "1" * 16):  # the last published is current
+        publish_version(prompts, version, lambda tmp: (tmp / "prompts.parquet").write_bytes(b"rows"))
+    tensors = hidden / "tensors"
+    tensors.mkdir(parents=True)
+    for name in ("old", "current", "recorded", "never"):
+        (tensors / f"{name}.safetensors").write_bytes(name.encode())
+    for version, indexed in (("a" * 16, "old"), ("c" * 16, "recorded"), ("b" * 16, "current")):
+        index = pa.table({"file": [f"tensors/{indexed}.safetensors"]})
+        publish_version(hidden, version, lambda tmp, index=index: write_parquet(index, tmp / "index.parquet"))
+    samples = tmp_path / "reasoning_samples" / "demo"
+    current, other = samples / "recipes" / ("e" * 16), samples / "recipes" / ("f" * 16)
+    for recipe in (current, other):
+        recipe.mkdir(parents=True)
+    _shard(current, "1", [("p", 0), ("p", 1)])  # p's turn 0 is latest here: live
+    _shard(current, "2", [("p", 1)])
+    _shard(current, "3", [("q", -1)])  # superseded by shard 4
+    _shard(current, "4", [("q", -1)])
+    _shard(other, "1", [("p", -1), ("q", -1), ("r", -1)])
+    write_json({"version": current.name}, samples / CURRENT_FILE)
+
+    checkpoint = tmp_path / "eagle3_checkpoint" / "0123456789abcdef"
+    checkpoint.mkdir(parents=True)
+    recorded = [f"prompts/demo/versions/{'2' * 16}/prompts.parquet", "hidden_states/demo/tensors/recorded.safetensors"]
+    recorded.append(f"hidden_states/demo/versions/{'c' * 16}/index.parquet")
+    (checkpoint / "lineage.json").write_text(json.dumps({"artifacts": [{"path": p} for p in recorded]}))
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        _materialized(instance, "prompts", "reasoning_samples", "hidden_states")
+        collection = find_garbage(tmp_path, instance)
+        assert {(g.kind, g.path.relative_to(tmp_path).as_posix()) for g in collection.garbage} == {
+            ("version folder", f"prompts/demo/versions/{'0' * 16}"),
+            ("version folder", f"hidden_states/demo/versions/{'a' * 16}"),
+            ("hidden-state file", "hidden_states/demo/tensors/old.safetensors"),
+            ("hidden-state file", "hidden_states/demo/tensors/never.safetensors"),
+            ("recipe folder", f"reasoning_samples/demo/recipes/{'f' * 16}"),
+            ("superseded shard", f"reasoning_samples/demo/recipes/{'e' * 16}/shard-3.parquet"),
+        }
+        [recipe] = [g for g in collection.garbage if g.kind == "recipe folder"]
+        assert recipe.rows == 3
+        assert f"recipe folder      reasoning_samples/demo/recipes/{'f' * 16}  " in "\n".join(report_lines(collection))
+        assert any(line.endswith(", 3 samples") for line in report_lines(collection))
+        # Without the checkpoint, what only it recorded goes too.
+        dropped = {g.path.relative_to(tmp_path).as_posix() for g in find_garbage(tmp_path, instance, 0).garbage}
+        assert {f"prompts/demo/versions/{'2' * 16}", f"hidden_states/demo/versions/{'c' * 16}"} <= dropped
+        assert "hidden_states/demo/tensors/recorded.safetensors" in dropped
+
+
+def test_a_killed_publication_is_a_temporary(tmp_path):
+    """A version written but never renamed into place (a killed materialization) is a temporary; the
+    current version is untouched."""
+    from eagle_assets.core.files import publish_version
+
+    prompts = tmp_path / "prompts" / "demo"
+    publish_version(prompts, "1" * 16, lambda tmp: (tmp / "prompts.parquet").write_bytes(b"rows"))
+    killed = prompts / "versions" / f".{'2' * 16}.x1y2.tmp"
+    killed.mkdir()
+    (killed / "prompts.parquet").write_bytes(b"half")
+    with dg.DagsterInstance.ephemeral() as instance:
+        _materialized(instance, "prompts")
+        assert [(g.kind, g.path) for g in find_garbage(tmp_path, instance).garbage] == [("temporary", killed)]
