@@ -106,7 +106,8 @@ def test_planning_refuses_features_of_another_verifier_and_a_vocabulary_too_larg
         )
     with pytest.raises(
         CheckpointTrainingError,
-        match=r"token_sequences/missing/versions/unpublished/sequences\.parquet is missing: materialize token_sequences",
+        match=r"token_sequences/missing/versions/unpublished/sequences\.parquet is missing: "
+        "materialize token_sequences",
     ):
         plan_training(root, ["missing"], tmp_path / "w", BACKEND, verifier, TrainingSettings(), Log())
 
