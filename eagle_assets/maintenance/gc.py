@@ -133,8 +133,10 @@ def _partition_garbage(asset: str, folder: Path, root: Path, protected: Protecte
         (kept if is_kept else dropped).append(version)
         if not is_kept:
             yield version, RECIPE_FOLDER if asset == REASONING_SAMPLES else VERSION_FOLDER
-    for tmp in folder.rglob(".*.tmp"):
-        if not any(tmp.is_relative_to(d) for d in dropped):
+    temporaries = set(folder.rglob(".*.tmp"))
+    for tmp in sorted(temporaries):
+        # Inside a folder that goes anyway (a dropped version, a killed publication's folder): not twice.
+        if not any(tmp.is_relative_to(d) for d in dropped) and temporaries.isdisjoint(tmp.parents):
             yield tmp, "temporary"
     if asset == REASONING_SAMPLES:
         for recipe in kept:
