@@ -28,6 +28,16 @@ def register_dataset_sources(register):
 
 
 @hookspec
+def register_eval_suites(register):
+    """Register evaluation suites.
+
+    Call ``register(suite)`` once per :class:`eagle_assets.suites.EvalSuite`. ``eagle3_eval`` measures the
+    suites its ``suites`` setting names, by ``name`` (unique and stable), and records each one's name and
+    version in its report.
+    """
+
+
+@hookspec
 def register_verifier_backends(register):
     """Register verifier backends.
 

@@ -25,6 +25,7 @@ import pluggy
 from eagle_assets import hookspecs
 from eagle_assets.backends import VerifierBackend
 from eagle_assets.sources import DatasetSource
+from eagle_assets.suites import EvalSuite
 
 ENTRY_POINT_GROUP = "eagle_assets"
 DISABLE_ENV = "EAGLE_ASSETS_DISABLE_ENTRY_POINTS"
@@ -34,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "eagle_assets.plugins.demo_source",
     "eagle_assets.plugins.local_files",
     "eagle_assets.plugins.open_perfectblend",
+    "eagle_assets.plugins.eval_suites",
     "eagle_assets.plugins.transformers_backend",
     "eagle_assets.plugins.vllm_backend",
     "eagle_assets.plugins.kimi_backend",
@@ -147,6 +149,11 @@ def dataset_source_registrations() -> dict[str, tuple[DatasetSource, str]]:
     return _collect("register_dataset_sources", "dataset sources", DatasetSource)
 
 
+def eval_suite_registrations() -> dict[str, tuple[EvalSuite, str]]:
+    """``{suite name: (suite, plugin name)}`` in a stable (sorted) order."""
+    return _collect("register_eval_suites", "eval suites", EvalSuite)
+
+
 def verifier_backend_registrations() -> dict[str, tuple[VerifierBackend, str]]:
     """``{backend name: (backend, plugin name)}`` in a stable (sorted) order."""
     return _collect("register_verifier_backends", "verifier backends", VerifierBackend)
@@ -155,6 +162,11 @@ def verifier_backend_registrations() -> dict[str, tuple[VerifierBackend, str]]:
 def dataset_sources() -> dict[str, DatasetSource]:
     """Every registered dataset source by name, in a stable (sorted) order."""
     return {name: obj for name, (obj, _) in dataset_source_registrations().items()}
+
+
+def eval_suites() -> dict[str, EvalSuite]:
+    """Every registered evaluation suite by name, in a stable (sorted) order."""
+    return {name: obj for name, (obj, _) in eval_suite_registrations().items()}
 
 
 def verifier_backends() -> dict[str, VerifierBackend]:
@@ -173,6 +185,10 @@ def _lookup(registered: dict, kind: str, name: str):
 
 def dataset_source(name: str) -> DatasetSource:
     return _lookup(dataset_sources(), "dataset source", name)
+
+
+def eval_suite(name: str) -> EvalSuite:
+    return _lookup(eval_suites(), "eval suite", name)
 
 
 def verifier_backend(name: str) -> VerifierBackend:
