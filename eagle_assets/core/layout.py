@@ -90,6 +90,9 @@ TRAINER_FOLDER_PREFIX = "trainer-"
 
 # eagle3_eval
 EVAL_REPORT_FILE = "report.json"
+# One row per request: its per-request speculative-decoding statistics; and the plot of τ along the output.
+EVAL_REQUESTS_FILE = "requests.parquet"
+EVAL_TRACE_PLOT_FILE = "tau_along_trace.png"
 GREEDY_OUTPUTS_FILE = "greedy_outputs.parquet"
 EVAL_ROWS_FILE = "rows.parquet"
 

@@ -4,20 +4,30 @@ The requests go through the same capture engine as ``reasoning_samples`` (one As
 base URL, bounded concurrency, retries, exact token ids) with temperature 0, so the completions are
 the verifier's own greedy outputs — speculative decoding with greedy verification never changes
 them. Acceptance comes from the difference of vLLM's spec-decode counters before and after the
-requests (see :mod:`eagle_assets.eagle3_eval.metrics`); nothing is counted on the client side.
+requests (see :mod:`eagle_assets.eagle3_eval.metrics`).
+
+A server started with vLLM's per-request metrics (``--enable-per-request-metrics`` and
+``--per-request-spec-decode-metrics detailed``) also answers each request with its own speculative-decoding
+statistics (``metrics.speculative_decoding``: drafts proposed and accepted, a histogram of accepted draft
+tokens per verify step and, detailed, the accepted/proposed count of every verify step in order); each row
+keeps them as ``spec_decoding`` (None when the server sent none), next to the server's timing
+(``server_metrics``). The counters stay the cross-check of their sums.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters, fetch_counters
 from eagle_assets.reasoning_samples.engine import CaptureEngine, ClientSettings
 from eagle_assets.reasoning_samples.progress import Progress, report_every
+from eagle_assets.reasoning_samples.quality import ThinkMarkers
 from eagle_assets.reasoning_samples.requests import PromptRequest, Sampling
+from eagle_assets.reasoning_samples.turns import Conversation
 
 GREEDY = dict(temperature=0.0, top_p=1.0)
 # vLLM 0.32 names the draft it serves only in its engine config at /server_info, which it serves with
@@ -90,6 +100,7 @@ class ServedRun:
     wall_s: float
     server_model: str
     vllm_version: str
+    think_markers: ThinkMarkers | None = None  # the served model's thinking-marker ids, where /tokenize names them
 
     @property
     def ok_rows(self) -> list[dict]:
@@ -104,9 +115,59 @@ class ServedRun:
         return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def settled_counters(base_urls: Sequence[str], timeout_s: float = 30.0, poll_s: float = 0.5) -> SpecDecodeCounters:
+class _Recording:
+    """A poster that keeps the last answer it returned (the raw body the engine parses)."""
+
+    def __init__(self, poster):
+        self.poster = poster
+        self.body: bytes | None = None
+
+    async def post(self, body: dict) -> bytes:
+        self.body = await self.poster.post(body)
+        return self.body
+
+
+def response_metrics(body: bytes | None) -> tuple[dict | None, dict | None]:
+    """(``metrics.speculative_decoding``, the rest of ``metrics``) of a chat-completion body; None where absent."""
+    try:
+        metrics = json.loads(body or b"null") or {}
+        metrics = metrics.get("metrics") if isinstance(metrics, dict) else None
+    except ValueError:
+        return None, None
+    if not isinstance(metrics, dict):
+        return None, None
+    spec = metrics.get("speculative_decoding")
+    timing = {k: v for k, v in metrics.items() if k != "speculative_decoding" and v is not None}
+    return (spec if isinstance(spec, dict) else None), (timing or None)
+
+
+class MeteredEngine(CaptureEngine):
+    """The capture engine, keeping each answer's per-request metrics in its row (``spec_decoding``,
+    ``server_metrics``): the capture's rows have no place for them."""
+
+    async def _capture(self, endpoint, request):
+        recording = _Recording(endpoint.poster)
+        row, reached_server = await super()._capture(replace(endpoint, poster=recording), request)
+        spec, timing = response_metrics(recording.body) if row["status"] == "ok" else (None, None)
+        row["spec_decoding"], row["server_metrics"] = spec, timing
+        return row, reached_server
+
+
+def request_count(items: Sequence[PromptRequest | Conversation]) -> int:
+    """Requests the items make: one per prompt, one per turn of a conversation."""
+    return sum(item.turns_left if isinstance(item, Conversation) else 1 for item in items)
+
+
+# Between two reads of the counters while they settle.
+SETTLE_POLL_S = 0.5
+
+
+def settled_counters(
+    base_urls: Sequence[str], timeout_s: float = 30.0, poll_s: float | None = None
+) -> SpecDecodeCounters:
     """Counters once no request is running and two reads agree (the last step's stats may trail the
     last response by one engine iteration)."""
+    poll_s = SETTLE_POLL_S if poll_s is None else poll_s
     deadline = time.monotonic() + timeout_s
     previous = fetch_counters(list(base_urls))
     while True:
@@ -119,7 +180,7 @@ def settled_counters(base_urls: Sequence[str], timeout_s: float = 30.0, poll_s: 
 
 def run_greedy(
     base_urls: Sequence[str],
-    requests: Sequence[PromptRequest],
+    requests: Sequence[PromptRequest | Conversation],
     max_tokens: int,
     log: Callable[[str], None],
     concurrency: int = 64,
@@ -127,21 +188,24 @@ def run_greedy(
     progress_interval_s: float = 5.0,
     api_key: str | None = None,
 ) -> ServedRun:
-    """Send every request greedily and return the rows with the counter delta they caused.
+    """Send every request greedily and return the rows with the counter delta they caused. A
+    :class:`~eagle_assets.reasoning_samples.turns.Conversation` is asked turn by turn, each turn with the
+    verifier's own answers before it (a row per turn).
 
     The server(s) must be idle otherwise: anything else they decode meanwhile lands in the delta.
     """
-    engine = CaptureEngine(
+    engine = MeteredEngine(
         base_urls,
         Sampling(max_tokens=max_tokens, **GREEDY),
         ClientSettings(concurrency=concurrency, request_timeout_s=request_timeout_s, api_key=api_key),
     )
     rows: list[dict] = []
-    progress = Progress(total=len(requests), label="eagle3_eval")
+    progress = Progress(total=request_count(requests), label="eagle3_eval")
     before = settled_counters(base_urls)
 
     async def main() -> float:
         await engine.identify()
+        await engine.resolve_think_markers()
         progress.started = time.monotonic()
         ticker = asyncio.create_task(report_every(progress_interval_s, progress, log, lambda: None))
         try:
@@ -153,4 +217,4 @@ def run_greedy(
     wall_s = asyncio.run(main())
     log(progress.line())
     counters = settled_counters(base_urls) - before
-    return ServedRun(counters, rows, wall_s, engine.model or "", engine.vllm_version)
+    return ServedRun(counters, rows, wall_s, engine.model or "", engine.vllm_version, engine.think_markers)
