@@ -1,19 +1,25 @@
 """One ``eagle3_eval`` without Dagster: measure a planned checkpoint's acceptance
-(:func:`~eagle_assets.eagle3_eval.evaluate.evaluate`) and write what it measured on, ``report.json`` and
-``greedy_outputs.parquet``, under the evaluations folder."""
+(:func:`~eagle_assets.eagle3_eval.evaluate.evaluate`) and write what it measured on under the evaluations
+folder: ``report.json`` (every set's numbers, name and version), ``requests.parquet`` (one row per request,
+its own speculative-decoding statistics), ``greedy_outputs.parquet`` and the plot of τ along the output."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
 from eagle_assets.core.files import combined_hash, write_json, write_parquet
-from eagle_assets.core.layout import EVAL_REPORT_FILE, GREEDY_OUTPUTS_FILE
+from eagle_assets.core.layout import EVAL_REPORT_FILE, EVAL_REQUESTS_FILE, EVAL_TRACE_PLOT_FILE, GREEDY_OUTPUTS_FILE
 from eagle_assets.eagle3_eval.evaluate import Evaluation, evaluate
+from eagle_assets.eagle3_eval.per_request import AGREEMENT, SuiteSummary, request_row, requests_table, summarize
 from eagle_assets.eagle3_eval.plan import EvalPlan
+from eagle_assets.eagle3_eval.plot import plot_tau_along_trace
+from eagle_assets.eagle3_eval.served import ServedRun
+from eagle_assets.eagle3_eval.suite_sets import HELDOUT_SUITE, OOD_SUITE, SuiteSet
+from eagle_assets.eagle3_eval.sweep import Sweep
 from eagle_assets.resources import Verifier, VLLMServer
 
 OUTPUTS_SCHEMA = pa.schema(
@@ -23,6 +29,7 @@ OUTPUTS_SCHEMA = pa.schema(
         ("prompt_token_ids", pa.list_(pa.int32())),
         ("token_ids", pa.list_(pa.int32())),
         ("finish_reason", pa.string()),
+        ("turn", pa.int32()),
     ]
 )
 
@@ -36,6 +43,26 @@ class AcceptanceSettings:
     concurrency: int = 64
     port: int | None = None  # the speculating server's
     measure_baseline: bool = False
+    sweep_num_speculative_tokens: tuple[int, ...] = ()
+    sweep_max_prompts: int = 16
+
+
+def measured_sets(plan: EvalPlan) -> list[SuiteSet]:
+    """The plan's sets in order; without recorded suites, its held-out and out-of-distribution sets."""
+    if plan.suites:
+        return list(plan.suites)
+    sets = [SuiteSet(plan.label, HELDOUT_SUITE, "?", "+".join(plan.partitions), list(plan.heldout.requests))]
+    if plan.ood_label:
+        sets.append(SuiteSet(plan.ood_label, OOD_SUITE, "?", "+".join(plan.ood.partitions), list(plan.ood.requests)))
+    return sets
+
+
+def served_runs(plan: EvalPlan, evaluation: Evaluation) -> dict[str, ServedRun]:
+    """Each measured set's run by label."""
+    runs = {plan.label: evaluation.served}
+    if plan.ood_label and evaluation.ood is not None:
+        runs[plan.ood_label] = evaluation.ood
+    return {**runs, **evaluation.suites}
 
 
 @dataclass(frozen=True)
@@ -47,6 +74,9 @@ class EvalReport:
     numbers: dict  # the measured numbers, keys prefixed by their set's label
     report: dict  # report.json
     folder: Path
+    requests: pa.Table | None = None  # requests.parquet
+    summaries: dict[str, SuiteSummary] = field(default_factory=dict)  # per-request numbers by set label
+    sweep: Sweep | None = None
 
     @property
     def report_file(self) -> Path:
@@ -57,27 +87,85 @@ class EvalReport:
         return self.folder / GREEDY_OUTPUTS_FILE
 
     @property
+    def requests_file(self) -> Path:
+        return self.folder / EVAL_REQUESTS_FILE
+
+    @property
+    def plot_file(self) -> Path:
+        return self.folder / EVAL_TRACE_PLOT_FILE
+
+    @property
     def data_version(self) -> str:
         """The checkpoint and the numbers: the same checkpoint measured the same is the same version."""
         return combined_hash([self.plan.checkpoint.name, json.dumps(self.numbers, sort_keys=True)])[:16]
+
+    @property
+    def disagreements(self) -> dict[str, float]:
+        """The sets whose per-request τ and counters' τ differ by more than :data:`AGREEMENT` (relative)."""
+        return {
+            label: s.agreement
+            for label, s in self.summaries.items()
+            if s.agreement is not None and s.agreement > AGREEMENT
+        }
+
+
+def per_request_rows(plan: EvalPlan, evaluation: Evaluation) -> list[dict]:
+    """One row per request of every measured set (``requests.parquet``)."""
+    runs = served_runs(plan, evaluation)
+    rows = []
+    for suite in measured_sets(plan):
+        run = runs.get(suite.label)
+        if run is None:
+            continue
+        rows += [
+            request_row(
+                capture,
+                suite=suite.label,
+                suite_name=suite.name,
+                suite_version=suite.version,
+                category=suite.category_of(capture["prompt_id"]),
+                num_speculative_tokens=evaluation.num_speculative_tokens,
+                markers=run.think_markers,
+            )
+            for capture in sorted(run.rows, key=lambda r: (r["prompt_id"], r.get("turn", -1)))
+        ]
+    return rows
 
 
 def build_report(
     plan: EvalPlan, evaluation: Evaluation, folder: Path, *, training_run: str, config: dict, dagster_run_id: str
 ) -> EvalReport:
-    """The numbers of ``evaluation`` under each set's label, with each set's ``excluded_trained``, and the
-    report: the checkpoint, both sets' partitions and prompt ids, the settings, the server, the numbers."""
+    """The numbers of ``evaluation`` under each set's label, with each set's ``excluded_trained`` and its
+    per-request numbers, and the report: the checkpoint, every set's name, version and prompt ids, the
+    settings, the server, the numbers, the per-request detail and the sweep."""
     label, ood_label = plan.label, plan.ood_label
+    sets = measured_sets(plan)
     numbers = {
         **evaluation.metadata_by_set(label, ood_label or "ood"),
         f"{label}/excluded_trained": plan.heldout.excluded_trained,
     }
     if ood_label:
         numbers[f"{ood_label}/excluded_trained"] = plan.ood.excluded_trained
+    rows = per_request_rows(plan, evaluation)
+    runs = served_runs(plan, evaluation)
+    summaries = {}
+    for suite in sets:
+        if suite.label not in runs:
+            continue
+        counters = runs[suite.label].counters
+        summary = summaries[suite.label] = summarize(
+            suite.label,
+            [r for r in rows if r["suite"] == suite.label],
+            evaluation.num_speculative_tokens,
+            counters.drafts,
+            counters.accepted,
+        )
+        numbers.update({f"{suite.label}/{key}": value for key, value in summary.numbers().items()})
     labels = [
         label,
         *(f"{label}/variant[{name}]" for name in evaluation.by_variant),
         *([ood_label] if ood_label else []),
+        *evaluation.suites,
     ]
     report = {
         "training_run": training_run,
@@ -87,18 +175,29 @@ def build_report(
         "prompt_ids": [r.prompt_id for r in plan.heldout.requests],
         "ood_partitions": plan.ood.partitions,
         "ood_prompt_ids": [r.prompt_id for r in plan.ood.requests],
+        "suites": [
+            {**s.record(), "prompt_ids": [item.prompt_id for item in s.items]}
+            for s in sets
+            if s.label in runs  # an out-of-distribution set with no partition is not measured
+        ],
         "config": config,
         "server_model": evaluation.served.server_model,
         "vllm_version": evaluation.served.vllm_version,
         "dagster_run_id": dagster_run_id,
         **numbers,
+        "per_request": {name: summary.detail() for name, summary in summaries.items() if summary.tally.steps},
+        **({"sweep": evaluation.sweep.numbers()} if evaluation.sweep is not None else {}),
     }
-    return EvalReport(plan, labels, numbers, report, folder)
+    return EvalReport(plan, labels, numbers, report, folder, requests_table(rows), summaries, evaluation.sweep)
 
 
 def greedy_outputs(plan: EvalPlan, evaluation: Evaluation) -> pa.Table:
     """The verifier's greedy outputs the numbers were measured on (to re-simulate other drafts on them)."""
-    served_sets = [(plan.heldout.name, evaluation.served), (plan.ood.name, evaluation.ood)]
+    served_sets = [
+        (plan.heldout.name, evaluation.served),
+        (plan.ood.name, evaluation.ood),
+        *evaluation.suites.items(),
+    ]
     return pa.Table.from_pylist(
         [
             {
@@ -107,6 +206,7 @@ def greedy_outputs(plan: EvalPlan, evaluation: Evaluation) -> pa.Table:
                 "prompt_token_ids": r["prompt_token_ids"],
                 "token_ids": r["token_ids"],
                 "finish_reason": r["finish_reason"],
+                "turn": r.get("turn", -1),
             }
             for name, served in served_sets
             if served is not None
@@ -117,8 +217,16 @@ def greedy_outputs(plan: EvalPlan, evaluation: Evaluation) -> pa.Table:
 
 
 def write_report(report: EvalReport, outputs: pa.Table) -> None:
-    write_json(report.report, report.report_file)
+    """report.json, greedy_outputs.parquet and, with per-request rows, requests.parquet and the plot (a stale
+    plot of an earlier evaluation of the checkpoint is removed when this one has nothing to plot)."""
     write_parquet(outputs, report.greedy_outputs_file)
+    if report.requests is not None:
+        write_parquet(report.requests, report.requests_file)
+    bins = {label: s.bins for label, s in report.summaries.items()}
+    k = int(report.numbers.get("num_speculative_tokens", 1))
+    if plot_tau_along_trace(bins, report.plot_file, k) is None:
+        report.plot_file.unlink(missing_ok=True)
+    write_json(report.report, report.report_file)
 
 
 def measure_acceptance(
@@ -133,13 +241,16 @@ def measure_acceptance(
     config: dict,
     dagster_run_id: str,
 ) -> EvalReport:
-    """Serve the verifier with the plan's checkpoint as its draft, measure both prompt sets (and, with
-    ``verifier``, the simulated acceptance), and write the report under ``evaluations/<checkpoint>``.
-    Raises :class:`~eagle_assets.eagle3_eval.evaluate.EvaluationError` when the measurement cannot be made."""
+    """Serve the verifier with the plan's checkpoint as its draft, measure every prompt set (and, with
+    ``verifier``, the simulated acceptance; with a sweep, each K), and write the report under
+    ``evaluations/<checkpoint>``. Raises :class:`~eagle_assets.eagle3_eval.evaluate.EvaluationError` when
+    the measurement cannot be made."""
+    suites = [s for s in measured_sets(plan) if s.name not in (HELDOUT_SUITE, OOD_SUITE)]
     log.info(
-        f"evaluating {plan.checkpoint} on {len(plan.heldout.requests)} held-out prompts of {plan.partitions} and "
-        f"{len(plan.ood.requests)} out-of-distribution prompts of {plan.ood.partitions}, "
-        f"K={settings.num_speculative_tokens}, greedy, max_tokens {settings.max_tokens}"
+        f"evaluating {plan.checkpoint} on {len(plan.heldout.requests)} held-out prompts of {plan.partitions}, "
+        f"{len(plan.ood.requests)} out-of-distribution prompts of {plan.ood.partitions}"
+        + "".join(f", {len(s.items)} prompts of {s.label} ({s.version})" for s in suites)
+        + f"; K={settings.num_speculative_tokens}, greedy, max_tokens {settings.max_tokens}"
     )
     evaluation = evaluate(
         plan.checkpoint,
@@ -153,6 +264,9 @@ def measure_acceptance(
         measure_baseline=settings.measure_baseline,
         logger=log,
         ood_requests=plan.ood.requests,
+        suites=suites,
+        sweep_ks=settings.sweep_num_speculative_tokens,
+        sweep_requests=plan.heldout.requests[: settings.sweep_max_prompts],
     )
     report = build_report(
         plan,
@@ -162,5 +276,10 @@ def measure_acceptance(
         config=config,
         dagster_run_id=dagster_run_id,
     )
+    for name, difference in report.disagreements.items():
+        log.warning(
+            f"{name}: the per-request τ and the server's counters differ by {difference:.2%} (more than "
+            f"{AGREEMENT:.0%}): something else decoded on the server meanwhile, or requests were preempted"
+        )
     write_report(report, greedy_outputs(plan, evaluation))
     return report

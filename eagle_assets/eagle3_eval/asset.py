@@ -10,6 +10,13 @@ whose problem the checkpoint trained or validated on is never sent (``eagle_asse
 The simulated value of the same draft on the in-distribution greedy outputs (verifier hidden states,
 speculators' forward) is recorded too. All use vLLM's convention τ = 1 + accepted / drafts.
 
+``suites`` adds registered evaluation suites (MT-Bench, GSM8K, HumanEval, MATH-500, AIME, or a plugin's), each
+measured on the same server and recorded with its name and version. The server answers each request with its
+own speculative-decoding statistics: one row per request goes to ``requests.parquet``, and from it τ per set
+and category with a bootstrap interval, along the output, inside the thinking and in the answer, and the worst
+prompts; the server-wide counters stay as the cross-check. An optional sweep serves the held-out prompts with
+each K of a list and without the draft, and names the fastest K here.
+
 Each prompt set's numbers carry its label as a key prefix (``heldout[demo]/acceptance_length``,
 ``ood[demo_ood]/acceptance_length``): the UI plots one line per key, so a line never joins numbers of
 different prompt sets, and training runs are separate partitions.
@@ -19,17 +26,20 @@ report :mod:`~eagle_assets.eagle3_eval.acceptance`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
+from eagle_assets.core.checks import check_result
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder
 from eagle_assets.core.partitions import training_runs
 from eagle_assets.eagle3_checkpoint.asset import checkpoint_of
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
 from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table
+from eagle_assets.eagle3_eval.per_request import AGREEMENT, summary_table
 from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,
     check_checkpoint,
@@ -37,11 +47,21 @@ from eagle_assets.eagle3_eval.plan import (
     named_checkpoint,
     plan_evaluation,
 )
-from eagle_assets.plugin_manager import dataset_sources
+from eagle_assets.eagle3_eval.plot import markdown_image
+from eagle_assets.eagle3_eval.suite_sets import (
+    DEFAULT_SUITES,
+    HELDOUT_SUITE,
+    OOD_SUITE,
+    SuiteError,
+    check_suite_names,
+    dataset_set,
+    registered_sets,
+)
+from eagle_assets.plugin_manager import dataset_sources, eval_suites
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
 # Bump when the same checkpoint and settings would be measured differently.
-CODE_VERSION = "eagle3_eval-3"
+CODE_VERSION = "eagle3_eval-4"
 
 
 class Eagle3EvalConfig(dg.Config):
@@ -60,6 +80,18 @@ class Eagle3EvalConfig(dg.Config):
         "first by prompt id, over the set's partitions).",
     )
     max_tokens: int = Field(default=1024, ge=1, description="Most new tokens per greedy request.")
+    suites: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SUITES),
+        description="The prompt sets measured, each reported under its own label: 'heldout' (the run's held-out "
+        "prompts; required), 'ood' (the out-of-distribution set) and registered eval suites by name (mt_bench, "
+        "gsm8k, humaneval, math500, aime, or a plugin's; `eagle-assets plugins` lists them), max_prompts each.",
+    )
+    suite_locations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where a registered suite's rows are read from, by suite name: a Hugging Face hub id "
+        "(id@revision pins one) or a local copy of the same shape (a .parquet/.jsonl/.json file or a folder of "
+        "them, e.g. the hub dataset downloaded for an offline cluster); unset = the suite's hub dataset.",
+    )
     partitions: list[str] = Field(
         default_factory=list,
         description="Dataset partitions whose held-out prompts are the in-distribution set; empty = the "
@@ -85,6 +117,13 @@ class Eagle3EvalConfig(dg.Config):
         default=False,
         description="Also serve without the draft (a second server start) to record tokens/s with and without.",
     )
+    sweep_num_speculative_tokens: list[int] = Field(
+        default_factory=list,
+        description="K values to sweep (e.g. [1, 2, 3, 4, 5]): the first sweep_max_prompts held-out prompts are "
+        "served with each K and without the draft (a server start each), τ and tokens/s per K, and the K that "
+        "decodes fastest on this host is named; [] = no sweep. Managed servers only.",
+    )
+    sweep_max_prompts: int = Field(default=16, ge=1, description="Held-out prompts served per K of the sweep.")
     min_acceptance_length: float = Field(
         default=2.0,
         ge=1.0,
@@ -103,13 +142,40 @@ def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRo
         raise dg.Failure(str(err)) from None
 
 
+def suites_table(report: EvalReport) -> str:
+    """The measured sets: label, name, version, category, prompts and skipped rows."""
+    lines = ["| prompt set | suite | version | category | prompts | skipped |", "|---|---|---|---|---|---|"]
+    for s in report.report["suites"]:
+        skipped = ", ".join(f"{kind} {n}" for kind, n in s["skipped"].items()) or "—"
+        lines.append(f"| {s['label']} | {s['name']} | {s['version']} | {s['category']} | {s['prompts']} | {skipped} |")
+    return "\n".join(lines)
+
+
+def per_request_metadata(report: EvalReport) -> dict:
+    """A Markdown table per set, the plot of τ along the output (inline and as a file), requests.parquet."""
+    meta = {}
+    for label, summary in report.summaries.items():
+        if summary.tally.steps:
+            counter_tau = report.numbers.get(f"{label}/acceptance_length")
+            meta[f"{label}/per_request"] = dg.MetadataValue.md(summary_table(summary, counter_tau))
+    if report.plot_file.exists():
+        meta["tau_along_trace"] = dg.MetadataValue.md(markdown_image(report.plot_file, "τ along the output"))
+        meta["tau_along_trace_plot"] = dg.MetadataValue.path(str(report.plot_file))
+    if report.requests is not None:
+        meta["requests"] = dg.MetadataValue.path(str(report.requests_file))
+    return meta
+
+
 def materialize_result(report: EvalReport, run: str, min_acceptance_length: float) -> dg.MaterializeResult:
-    """The numbers of every prompt set, their table, and where the report and greedy outputs are."""
+    """The numbers of every prompt set, their tables, the plot, and where the report and its tables are."""
     plan = report.plan
     return dg.MaterializeResult(
         metadata={
             **report.numbers,
             "acceptance": dg.MetadataValue.md(acceptance_table(report.numbers, report.labels)),
+            "suites": dg.MetadataValue.md(suites_table(report)),
+            **per_request_metadata(report),
+            **({"sweep": dg.MetadataValue.md(report.sweep.table())} if report.sweep is not None else {}),
             "eval_set": plan.label,
             "ood_eval_set": plan.ood_label or "(none)",
             "training_run": run,
@@ -155,25 +221,35 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         """
         run = context.partition_key
         checkpoint = chosen_checkpoint(context.instance, run, storage, config.checkpoint)
+        root = Path(storage.root)
+        registered = eval_suites()
         try:
+            check_suite_names(config.suites, registered)
             plan = plan_evaluation(
                 checkpoint,
-                Path(storage.root),
+                root,
                 partitions=config.partitions,
                 known_partitions=partitions.get_partition_keys(),
-                ood_requested=config.ood_partitions,
+                ood_requested=config.ood_partitions if OOD_SUITE in config.suites else [],
                 evaluation_only=evaluation_only_sources(dataset_sources()),
                 max_prompts=config.max_prompts,
                 log=context.log,
             )
-        except EvalPlanError as err:
+            sets = [dataset_set(plan.label, HELDOUT_SUITE, root, plan.partitions, plan.heldout.requests)]
+            if plan.ood_label:
+                sets.append(dataset_set(plan.ood_label, OOD_SUITE, root, plan.ood.partitions, plan.ood.requests))
+            sets += registered_sets(config.suites, registered, config.suite_locations, config.max_prompts, context.log)
+        except (EvalPlanError, SuiteError) as err:
             raise dg.Failure(str(err)) from None
+        plan = replace(plan, suites=tuple(sets))
         settings = AcceptanceSettings(
             num_speculative_tokens=config.num_speculative_tokens,
             max_tokens=config.max_tokens,
             concurrency=config.concurrency,
             port=config.port or vllm_server.port + 1,
             measure_baseline=config.measure_baseline,
+            sweep_num_speculative_tokens=tuple(config.sweep_num_speculative_tokens),
+            sweep_max_prompts=config.sweep_max_prompts,
         )
         try:
             report = measure_acceptance(
@@ -207,4 +283,47 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None,
         )
 
-    return {"assets": [eagle3_eval], "checks": [acceptance_length_above_floor]}
+    @dg.asset_check(
+        asset=eagle3_eval,
+        partitions_def=runs,
+        description=f"Each prompt set's τ from the per-request statistics agrees with the server's spec-decode "
+        f"counters within {AGREEMENT:.0%} (the same verify steps, counted twice).",
+    )
+    def per_request_matches_counters(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_EVAL), asset_partitions=[context.partition_key]), limit=1
+        ).records
+        meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else {}
+        return counters_check_result(meta)
+
+    return {"assets": [eagle3_eval], "checks": [acceptance_length_above_floor, per_request_matches_counters]}
+
+
+def counters_check_result(metadata: dict) -> dg.AssetCheckResult:
+    """`per_request_matches_counters` from an `eagle3_eval` materialization's metadata (``{}``: none yet)."""
+    differences = {k.removesuffix("/tau_vs_counters"): v for k, v in metadata.items() if k.endswith("/tau_vs_counters")}
+    without = [
+        k.removesuffix("/requests_without_metrics")
+        for k, v in metadata.items()
+        if k.endswith("/requests_without_metrics") and v
+    ]
+    apart = {label: d for label, d in differences.items() if d > AGREEMENT}
+    passed = bool(differences) and not apart and not without
+    if not metadata:
+        failed, fix = "eagle3_eval has not been materialized for this training run", "materialize eagle3_eval"
+    elif not differences or without:
+        failed = f"requests came back without per-request statistics ({', '.join(without) or 'every set'})"
+        fix = (
+            "serve with --enable-per-request-metrics --per-request-spec-decode-metrics detailed (eagle3_eval adds "
+            "them to the servers it starts; an external server needs them on its command line), vLLM >= 0.32"
+        )
+    else:
+        failed = ", ".join(f"{label}: {d:.2%} apart" for label, d in apart.items()) + f" (more than {AGREEMENT:.0%})"
+        fix = "keep the speculating server to this evaluation alone while it measures (its counters are server-wide)"
+    return check_result(
+        passed,
+        {f"{label}/tau_vs_counters": d for label, d in differences.items()},
+        failed=failed,
+        fix=fix,
+        severity=dg.AssetCheckSeverity.WARN,
+    )

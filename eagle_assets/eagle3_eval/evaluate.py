@@ -1,5 +1,6 @@
-"""One evaluation of a draft checkpoint: vLLM-served acceptance, then the simulated value on the same
-greedy outputs. Shared by the ``eagle3_eval`` asset and ``benchmarks/reasoning_vs_static.py``."""
+"""One evaluation of a draft checkpoint: vLLM-served acceptance on each prompt set (held-out, out-of-distribution,
+registered suites), then the simulated value on the same greedy outputs, and optionally a sweep of K. Shared by
+the ``eagle3_eval`` asset and ``benchmarks/reasoning_vs_static.py``."""
 
 from __future__ import annotations
 
@@ -19,10 +20,17 @@ from eagle_assets.eagle3_eval.served import (
     confirm_serves_checkpoint,
     run_greedy,
 )
+from eagle_assets.eagle3_eval.suite_sets import SuiteSet
+from eagle_assets.eagle3_eval.sweep import Sweep, sweep_num_speculative_tokens
 from eagle_assets.reasoning_samples.requests import PromptRequest
 from eagle_assets.resources import Verifier, VLLMServer
 
 SPECULATIVE_FLAG = "--speculative-config"
+# vLLM 0.32: each response carries its own speculative-decoding statistics (metrics.speculative_decoding),
+# detailed: the accepted/proposed count of every verify step, in order; and its timing.
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_ARGS = ("--enable-per-request-metrics", PER_REQUEST_FLAG, "detailed")
+NO_STATS_FLAG = "--disable-log-stats"  # vLLM refuses per-request metrics without engine statistics
 _fallback_log = logging.getLogger("eagle_assets.eagle3_eval")
 
 
@@ -38,6 +46,8 @@ class Evaluation:
     num_speculative_tokens: int
     ood: ServedRun | None = None  # the out-of-distribution set, served by the same speculating server
     by_variant: dict[str, ServedRun] = field(default_factory=dict)  # the in-distribution set per sampling variant
+    suites: dict[str, ServedRun] = field(default_factory=dict)  # registered suites by label, same server
+    sweep: Sweep | None = None
 
     def metadata(self) -> dict[str, float | int | str]:
         """Flat numbers for Dagster metadata, reports and the benchmark table; ``ood_*`` for the
@@ -52,6 +62,10 @@ class Evaluation:
             meta.update(_served_numbers(self.ood, prefix="ood_"))
         for name, served in self.by_variant.items():
             meta.update(_served_numbers(served, prefix=f"variant[{name}]/"))
+        for label, served in self.suites.items():
+            meta.update(_served_numbers(served, prefix=f"{label}/"))
+        if self.sweep is not None:
+            meta.update(self.sweep.numbers())
         if self.simulated is not None:
             meta["simulated_acceptance_length"] = round(self.simulated.acceptance_length, 4)
             for k, rate in enumerate(self.simulated.acceptance_per_position):
@@ -67,8 +81,9 @@ class Evaluation:
         """:meth:`metadata` with each prompt set's numbers under its own key prefix (``<label>/acceptance_length``,
         ``<ood_label>/acceptance_length``), so a plot of one key never joins numbers of different prompt sets."""
         by_set: dict[str, float | int | str] = {}
+        own = tuple(f"{label}/" for label in self.suites) + ("sweep/",)
         for key, value in self.metadata().items():
-            if key in SHARED_KEYS:
+            if key in SHARED_KEYS or key.startswith(own):
                 by_set[key] = value
             elif key.startswith("ood_"):
                 by_set[f"{ood_label}/{key.removeprefix('ood_')}"] = value
@@ -92,20 +107,28 @@ def tau_by_set(metadata: dict) -> dict[str, float]:
 
 
 def acceptance_table(metadata: dict, labels: Sequence[str]) -> str:
-    """A Markdown table of the prompt sets in ``labels``: prompts, τ, per-position acceptance, simulated τ."""
+    """A Markdown table of the prompt sets in ``labels``: prompts, τ from the counters, per-position acceptance,
+    simulated τ, τ from the per-request statistics with its bootstrap interval."""
 
     def get(label: str, key: str):
         value = metadata.get(f"{label}/{key}")
         return getattr(value, "value", value)
 
     k = int(getattr(metadata["num_speculative_tokens"], "value", metadata["num_speculative_tokens"]))
-    lines = ["| prompt set | prompts | τ (vLLM) | per position | simulated τ |", "|---|---|---|---|---|"]
+    lines = [
+        "| prompt set | prompts | τ (vLLM) | per position | simulated τ | τ per request (95% CI) |",
+        "|---|---|---|---|---|---|",
+    ]
     for label in labels:
         positions = " / ".join(f"{get(label, f'acceptance_pos_{i}'):.3f}" for i in range(1, k + 1))
         simulated = get(label, "simulated_acceptance_length")
+        per_request, low, high = (get(label, key) for key in ("tau_per_request", "tau_ci_low", "tau_ci_high"))
+        measured = "—" if per_request is None else f"{per_request:.3f}"
+        if low is not None:
+            measured += f" ({low:.3f}-{high:.3f})"
         lines.append(
             f"| {label} | {get(label, 'prompts_evaluated')} | {get(label, 'acceptance_length'):.3f} | "
-            f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} |"
+            f"{positions} | {'—' if simulated is None else f'{simulated:.3f}'} | {measured} |"
         )
     return "\n".join(lines)
 
@@ -179,9 +202,17 @@ def speculative_server(
         raise EvaluationError(
             f"vllm_server.extra_args already holds {SPECULATIVE_FLAG}: remove it, eagle3_eval sets the draft itself"
         )
+    if NO_STATS_FLAG in server.extra_args:
+        raise EvaluationError(
+            f"vllm_server.extra_args holds {NO_STATS_FLAG}: eagle3_eval reads each request's speculative-decoding "
+            "statistics, which vLLM keeps only with engine statistics on; remove it"
+        )
     spec = {"method": "eagle3", "model": str(checkpoint), "num_speculative_tokens": num_speculative_tokens}
+    per_request = [] if PER_REQUEST_FLAG in server.extra_args else list(PER_REQUEST_ARGS)
     return replaced(
-        server, port=port, extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True)]
+        server,
+        port=port,
+        extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True), *per_request],
     )
 
 
@@ -231,11 +262,16 @@ def evaluate(
     log: Callable[[str], None] | None = None,
     logger=None,
     ood_requests: Sequence[PromptRequest] = (),
+    suites: Sequence[SuiteSet] = (),
+    sweep_ks: Sequence[int] = (),
+    sweep_requests: Sequence[PromptRequest] = (),
 ) -> Evaluation:
     """Serve the verifier with ``checkpoint`` as its EAGLE-3 draft, send ``requests`` greedily, and
-    read acceptance from vLLM's counters; then ``ood_requests`` (an out-of-distribution set), measured
-    apart on the same server; then (``verifier`` given) the simulated value on the in-distribution
-    greedy outputs, and (``measure_baseline``) the same requests without the draft for tokens/s.
+    read acceptance from vLLM's counters and each response's own statistics; then ``ood_requests`` (an
+    out-of-distribution set) and each of ``suites``, measured apart on the same server; then (``verifier``
+    given) the simulated value on the in-distribution greedy outputs, (``measure_baseline``) the same
+    requests without the draft for tokens/s, and (``sweep_ks``) ``sweep_requests`` served with each K and
+    without the draft (a managed server only: it is restarted per K).
 
     ``logger`` receives the server's log (a Dagster ``context.log``); ``log`` the progress lines.
     """
@@ -248,7 +284,17 @@ def evaluate(
     speculating = speculative_server(server, checkpoint, num_speculative_tokens, port) if managed else server
     if not managed:
         log(f"vllm_server mode {server.mode!r}: the server must already serve {checkpoint} as its eagle3 draft")
-    ood = None
+    ood, suite_runs = None, {}
+    sweep_ks = sorted(set(sweep_ks))
+    if sweep_ks and not managed:
+        log(f"vllm_server mode {server.mode!r}: the K sweep needs servers eagle3_eval starts itself; not swept")
+        sweep_ks = []
+    sweep_requests = [greedy_request(r, max_tokens) for r in sweep_requests]
+    swept: dict[int | None, ServedRun] = {}
+
+    def greedy(urls, items) -> ServedRun:
+        return run_greedy(urls, items, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
+
     with speculating.serve(log=logger) as urls:
         if not managed:
             try:
@@ -274,6 +320,13 @@ def evaluate(
                 f"{[round(r, 3) for r in ood.counters.acceptance_per_position]} over "
                 f"{int(ood.counters.drafts)} drafts"
             )
+        for suite in suites:
+            log(f"eval suite {suite.label} (version {suite.version}): {len(suite.items)} prompts")
+            run = suite_runs[suite.label] = greedy(urls, suite.items)
+            _check_speculating(run, urls, f"eval suite {suite.label}")
+            log(f"{suite.label}: acceptance length {run.counters.acceptance_length:.3f}")
+        if num_speculative_tokens in sweep_ks and sweep_requests:
+            swept[num_speculative_tokens] = greedy(urls, sweep_requests)  # this server is one of the sweep's
     simulated = None
     if verifier is not None:
         started = time.monotonic()
@@ -287,8 +340,23 @@ def evaluate(
             f"({time.monotonic() - started:.0f}s)"
         )
     baseline = None
-    if measure_baseline and managed:
+    if (measure_baseline or sweep_ks) and managed:
         with replaced(server, port=port).serve(log=logger) as urls:
-            baseline = run_greedy(urls, requests, max_tokens, log, concurrency=concurrency, api_key=server.api_key())
-        log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
-    return Evaluation(served, simulated, baseline, num_speculative_tokens, ood, by_variant)
+            if measure_baseline:
+                baseline = greedy(urls, requests)
+                log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
+            if sweep_ks and sweep_requests:
+                swept[None] = greedy(urls, sweep_requests)
+
+    def measure(k: int | None) -> ServedRun:
+        if k not in swept:
+            with speculative_server(server, checkpoint, k, port).serve(log=logger) as urls:
+                swept[k] = greedy(urls, sweep_requests)
+                _check_speculating(swept[k], urls, f"sweep K={k}")
+        return swept[k]
+
+    sweep = None
+    if sweep_ks and sweep_requests:
+        sweep = sweep_num_speculative_tokens(sweep_ks, measure, len(sweep_requests), log)
+        log(f"sweep: K={sweep.best.k} decodes fastest on this host")
+    return Evaluation(served, simulated, baseline, num_speculative_tokens, ood, by_variant, suite_runs, sweep)

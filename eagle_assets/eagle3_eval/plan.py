@@ -78,12 +78,15 @@ def evaluation_only_sources(sources: Mapping[str, object]) -> list[str]:
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """A checkpoint and the two prompt sets it is measured on."""
+    """A checkpoint and the prompt sets it is measured on."""
 
     checkpoint: Path
     partitions: list[str]  # the in-distribution set's
     heldout: EvalSet
     ood: EvalSet
+    # Every set measured, in order, with its version (eagle3_eval.suite_sets): held-out, out-of-distribution,
+    # registered suites. Empty: the held-out and out-of-distribution sets alone.
+    suites: tuple = ()
 
     @property
     def label(self) -> str:

@@ -1,5 +1,5 @@
 """``eagle-assets checkpoints``: every kept checkpoint with its training run, recipe, upstream data versions,
-τ per evaluated prompt set and lineage status, side by side.
+τ per evaluated prompt set (held-out, out-of-distribution, every eval suite) and lineage status, side by side.
 
 Read from the storage root (each checkpoint's ``training.json`` and ``lineage.json``, the latest
 ``eagle3_eval`` report of it) and checked against the Dagster instance (``lineage verify``), so it lists
@@ -33,6 +33,23 @@ class CheckpointEntry:
     tau: dict[str, float]  # prompt set label -> vLLM-measured τ of the latest evaluation of this checkpoint
     lineage: str  # "ok", or the problems `lineage verify` found
     notes: list[str] = field(default_factory=list)
+    # prompt set label -> its suite's name and version, the per-request τ and its 95% interval (--json)
+    suites: dict[str, dict] = field(default_factory=dict)
+
+
+def suites_of(report: dict) -> dict[str, dict]:
+    """Each evaluated set's suite name and version (as the report recorded them) and its per-request τ."""
+    return {
+        s["label"]: {
+            "name": s["name"],
+            "version": s["version"],
+            "tau_per_request": report.get(f"{s['label']}/tau_per_request"),
+            "tau_ci": [report[f"{s['label']}/tau_ci_low"], report[f"{s['label']}/tau_ci_high"]]
+            if f"{s['label']}/tau_ci_low" in report
+            else None,
+        }
+        for s in report.get("suites", [])
+    }
 
 
 def list_checkpoints(
@@ -71,6 +88,7 @@ def list_checkpoints(
                 tau=tau_by_set(report),
                 lineage=status,
                 notes=notes,
+                suites=suites_of(report),
             )
         )
     return entries
