@@ -1,10 +1,14 @@
 """The demo's closing lines: the training run's checkpoint, the captured samples' quality, τ held-out and
-out of distribution, and the checkpoint's lineage."""
+out of distribution (and along the output), and the checkpoint's lineage."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import dagster as dg
 
+from eagle_assets.demo.display import LINE_WIDTH
+from eagle_assets.eagle3_eval.per_request import POSITION_EDGES, bin_key, bin_label
 from eagle_assets.lineage.record import LineageError, read_lineage
 from eagle_assets.lineage.render import summary_lines
 from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES
@@ -19,8 +23,7 @@ def _latest(instance: dg.DagsterInstance, asset: str, training_run: str):
 
 def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
     """The demo's last lines: ``checkpoint=<path>``, the captured samples' quality shares,
-    ``acceptance_length=<τ>`` (held-out, in-distribution),
-    ``ood_acceptance_length=<τ>`` (the out-of-distribution set, when evaluated) and the lineage summary,
+    the evaluation's lines (:func:`evaluation_lines`) and the lineage summary,
     from the training run's latest checkpoint and evaluation materializations (empty when it has neither)."""
     checkpoint = _latest(instance, "eagle3_checkpoint", training_run)
     if checkpoint is None:
@@ -38,45 +41,94 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
         lines.append(f"sample quality ({samples.asset_materialization.partition}): {shares}")
     evaluation = _latest(instance, "eagle3_eval", training_run)
     if evaluation is not None:
-        meta = {key: value.value for key, value in evaluation.metadata.items()}
-        k = meta["num_speculative_tokens"]
-        heldout, ood = meta["eval_set"], meta["ood_eval_set"]
-
-        def per_position(label: str) -> str:
-            return " / ".join(f"{meta[f'{label}/acceptance_pos_{i}']:.3f}" for i in range(1, k + 1))
-
-        detail = (
-            f"held out: {heldout}, {meta[f'{heldout}/prompts_evaluated']} prompts; vLLM greedy K={k}; "
-            f"per position {per_position(heldout)}"
-        )
-        if f"{heldout}/simulated_acceptance_length" in meta:
-            detail += f"; simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}"
-        lines += [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", f"  ({detail})"]
-        variants = sorted(
-            {
-                key.split("/")[1]
-                for key in meta
-                if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")
-            }
-        )
-        if variants:
-            lines.append(
-                "  per sampling variant: "
-                + ", ".join(
-                    f"{name.removeprefix('variant[').removesuffix(']')} "
-                    f"τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
-                    f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)"
-                    for name in variants
-                )
-            )
-        if f"{ood}/acceptance_length" in meta:
-            lines += [
-                f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
-                f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts; per position "
-                f"{per_position(ood)})",
-            ]
+        lines += evaluation_lines({key: value.value for key, value in evaluation.metadata.items()})
     try:
         lines += ["lineage:", *summary_lines(read_lineage(path), path)]
     except LineageError as exc:
         lines.append(f"lineage: {exc}")
+    return lines
+
+
+def fitted(head: str, parts: Sequence[str | None], width: int = LINE_WIDTH, first: str = "; ") -> str:
+    """``head`` and as many of ``parts`` (in order, ``first`` before the first, "; " between; None left out) as
+    fit in ``width`` characters, closed by ")"."""
+    line, separator = head, first
+    for part in filter(None, parts):
+        if len(f"{line}{separator}{part})") <= width:
+            line, separator = f"{line}{separator}{part}", "; "
+    return line + ")"
+
+
+def bins_seen(meta: dict, label: str) -> list[tuple[str, float, int]]:
+    """(bin, τ, steps) of the output-position bins the set's per-request steps fell in, in order."""
+    bounds = [*POSITION_EDGES[1:], None]
+    seen = []
+    for start, end in zip(POSITION_EDGES, bounds):
+        key = bin_key(start, end)
+        if f"{label}/tau_{key}" in meta:
+            seen.append((bin_label(start, end), meta[f"{label}/tau_{key}"], meta[f"{label}/steps_{key}"]))
+    return seen
+
+
+def along_the_output(meta: dict, label: str, name: str) -> str | None:
+    """τ in the first and the last output-position bin (output tokens) of a set: ``held out 0-512 τ 3.610 →
+    4K-8K τ 3.120``."""
+    seen = bins_seen(meta, label)
+    if not seen:
+        return None
+    (first, first_tau, _), (last, last_tau, _) = seen[0], seen[-1]
+    if len(seen) == 1:  # every step started in the first bin
+        return f"{name} {first} τ {first_tau:.3f}"
+    return f"{name} {first} τ {first_tau:.3f} → {last} τ {last_tau:.3f}"
+
+
+def _ci(meta: dict, label: str) -> str | None:
+    low, high = meta.get(f"{label}/tau_ci_low"), meta.get(f"{label}/tau_ci_high")
+    return None if low is None else f"95% CI {low:.3f}-{high:.3f}"
+
+
+def evaluation_lines(meta: dict) -> list[str]:
+    """At most 4 lines of an ``eagle3_eval``'s metadata: ``acceptance_length=<τ>`` (held out) and its detail
+    (prompts, simulated τ, τ per sampling variant, the bootstrap interval), ``ood_acceptance_length=<τ>`` (the
+    out-of-distribution set, when evaluated) and its detail with τ in the first and last output-position bins
+    of each set; each line fits the terminal (what does not fit is in the UI and the log file)."""
+    k = meta["num_speculative_tokens"]
+    heldout, ood = meta["eval_set"], meta["ood_eval_set"]
+    variants = sorted(
+        {
+            key.split("/")[1]
+            for key in meta
+            if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")
+        }
+    )
+    parts = []
+    if f"{heldout}/simulated_acceptance_length" in meta:
+        parts.append(f"simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}")
+    if variants:
+        parts.append(
+            "per sampling variant: "
+            + ", ".join(
+                f"{name.removeprefix('variant[').removesuffix(']')} "
+                f"τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
+                f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)"
+                for name in variants
+            )
+        )
+    positions = " / ".join(f"{meta[f'{heldout}/acceptance_pos_{i}']:.2f}" for i in range(1, k + 1))
+    parts += [_ci(meta, heldout), f"K={k}, per position {positions}"]
+    prompts = meta[f"{heldout}/prompts_evaluated"]
+    detail = fitted(f"  (held out: {heldout}, {prompts} prompts", parts)
+    if variants and "per sampling variant" not in detail:  # τ per variant matters more than the set's name
+        detail = fitted(f"  ({prompts} prompts", parts)
+    lines = [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", detail]
+    along = [along_the_output(meta, heldout, "held out")]
+    if f"{ood}/acceptance_length" in meta:
+        along.append(along_the_output(meta, ood, "ood"))
+        head = f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts"
+        lines += [
+            f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
+            fitted(head, [*along, _ci(meta, ood)]),
+        ]
+    elif along[0]:
+        lines.append(fitted("  (along the output", along, first=": "))
     return lines
