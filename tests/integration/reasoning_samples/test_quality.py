@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import pyarrow.parquet as pq
 
+from eagle_assets.core.layout import samples_folder, sequences_file
 from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.prompts import asset as prompts
 from eagle_assets.reasoning_samples import asset as reasoning_samples
@@ -53,7 +54,7 @@ def test_real_samples_cut_by_max_tokens_are_classified_and_dropped_by_policy(
     )
     assert result.success
     end = AutoTokenizer.from_pretrained(tiny_verifier).convert_tokens_to_ids("</think>")
-    samples, rules = load_classified(storage_root.path("reasoning_samples", PARTITION))
+    samples, rules = load_classified(samples_folder(storage_root.root, PARTITION))
     assert rules == reasoning_samples.ReasoningSamplesConfig(max_tokens=64).quality_rules()  # the run's rules, stored
     for sample in samples.to_pylist():
         closed = end in sample["token_ids"]
@@ -73,13 +74,13 @@ def test_real_samples_cut_by_max_tokens_are_classified_and_dropped_by_policy(
 
     def rows_and_version(run):
         [seq] = run.asset_materializations_for_node("token_sequences")
-        table = pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet")
+        table = pq.read_table(sequences_file(storage_root.root, PARTITION))
         return set(table["prompt_id"].to_pylist()), seq.tags["dagster/data_version"]
 
     dropped_rows, dropped_version = rows_and_version(result)
     assert dropped_rows == set(samples["prompt_id"].to_pylist()) - cut
     # The policy is recorded, and changing it re-derives the rows.
-    report = (storage_root.path("token_sequences", PARTITION) / "tokenization.json").read_text()
+    report = (sequences_file(storage_root.root, PARTITION).parent / "tokenization.json").read_text()
     assert '"unfinished_thinking": "drop"' in report
     kept = dg.materialize(sequences, partition_key=PARTITION, resources=resources)
     kept_rows, kept_version = rows_and_version(kept)

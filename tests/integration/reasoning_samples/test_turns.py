@@ -12,6 +12,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
+from eagle_assets.core.layout import (
+    PROMPTS,
+    PROMPTS_FILE,
+    current_version,
+    prompts_file,
+    samples_folder,
+    sequences_file,
+)
 from eagle_assets.core.shards import shard_paths
 from eagle_assets.reasoning_samples.store import (
     ShardWriter,
@@ -19,18 +27,18 @@ from eagle_assets.reasoning_samples.store import (
 )
 from eagle_assets.reasoning_samples.turns import Answer, turn_context, user_turns
 from tests.helpers.capture import kill_after_rows
+from tests.helpers.synthetic import publish_table
 from tests.helpers.upstream import PARTITION, demo_prompts
 
 
 def multi_turn_prompts(storage_root, count: int) -> list[dict]:
-    """The demo set's first ``count`` multi-turn conversations, left alone in the prompts table."""
+    """The demo set's first ``count`` multi-turn conversations, left alone in (a new version of) the prompts
+    table."""
     everything = demo_prompts(storage_root, None)
     chosen = [p for p in everything if len(user_turns(p["messages"])) > 1][:count]
-    path = storage_root.path("prompts", PARTITION) / "prompts.parquet"
-    table = pq.read_table(path)
-    pq.write_table(
-        table.filter(pc.is_in(table["prompt_id"], pc.cast([p["prompt_id"] for p in chosen], "string"))), path
-    )
+    table = pq.read_table(prompts_file(storage_root.root, PARTITION))
+    kept = table.filter(pc.is_in(table["prompt_id"], pc.cast([p["prompt_id"] for p in chosen], "string")))
+    publish_table(Path(storage_root.root), PROMPTS, PARTITION, PROMPTS_FILE, kept)
     return chosen
 
 
@@ -72,7 +80,8 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(
     result, meta = materialize()
     assert meta["turns"].value == "all" and meta["captured_this_run"].value == 6
     assert meta["prompts_selected"].value == 3 and meta["requests_selected"].value == 6 and meta["missing"].value == 0
-    folder = storage_root.path("reasoning_samples", PARTITION)
+    folder = samples_folder(storage_root.root, PARTITION)
+    assert meta["recipe"].value["settings"]["turns"] == "all" and meta["recipe_id"].value == folder.name
     samples = load_samples(folder).to_pylist()
     assert [(s["prompt_id"], s["turn"]) for s in samples] == [(pid, t) for pid in sorted(conversations) for t in (0, 1)]
     tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
@@ -89,7 +98,7 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(
         assert dataset_answer not in prompt_text
 
     # token_sequences: one row per turn, its exact context unsupervised and its exact answer supervised.
-    rows = pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet").to_pylist()
+    rows = pq.read_table(sequences_file(storage_root.root, PARTITION)).to_pylist()
     assert [(r["prompt_id"], r["turn"]) for r in rows] == [(s["prompt_id"], s["turn"]) for s in samples]
     for row, sample in zip(rows, samples):
         prompt_len = len(sample["prompt_token_ids"])
@@ -113,11 +122,11 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(
     kept = [s for s in load_samples(folder).to_pylist() if s["turn"] == 0]
     for path in shard_paths(folder):
         path.unlink()
-    with ShardWriter(folder) as writer:
+    with ShardWriter(folder, recipe=folder.name) as writer:
         for row in kept:
             writer.add(row)
     _, meta = materialize()
-    assert meta["captured_this_run"].value == 3
+    assert meta["captured_this_run"].value == 3 and samples_folder(storage_root.root, PARTITION) == folder
     again = load_samples(folder).to_pylist()
     assert [s for s in again if s["turn"] == 0] == kept and len(again) == 6
     assert sum(pq.read_metadata(p).num_rows for p in shard_paths(folder)) == 6  # nothing asked twice
@@ -147,7 +156,7 @@ def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(stora
         raise_on_error=False,
     )
     assert result.success
-    samples = load_samples(storage_root.path("reasoning_samples", PARTITION)).to_pylist()
+    samples = load_samples(samples_folder(storage_root.root, PARTITION)).to_pylist()
     wanted = [(pid, t) for pid in sorted(conversations) for t in range(len(user_turns(conversations[pid])))]
     assert [(s["prompt_id"], s["turn"]) for s in samples] == wanted and {s["status"] for s in samples} == {"ok"}
     tokenizer = AutoTokenizer.from_pretrained(tiny_kimi)
@@ -159,40 +168,46 @@ def test_tiny_kimi_turns_are_asked_in_the_context_its_own_template_renders(stora
         assert by_key[pid, turn]["prompt_token_ids"] == list(expected)
     [drift] = [c for c in result.get_asset_check_evaluations() if c.check_name == "template_drift"]
     assert drift.metadata["drift_prompt_mismatch_rate"].value == 0.0
-    rows = pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet").to_pylist()
+    rows = pq.read_table(sequences_file(storage_root.root, PARTITION)).to_pylist()
     assert [(r["prompt_id"], r["turn"]) for r in rows] == wanted
     for row in rows:
         sample = by_key[row["prompt_id"], row["turn"]]
         assert row["input_ids"] == sample["prompt_token_ids"] + sample["token_ids"]
 
 
-def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_server_urls, tmp_path):
+def test_kill_9_mid_run_then_resume_asks_each_turn_once(storage_root, vllm_server_urls, tmp_path, tiny_verifier):
     from eagle_assets.orchestration.partitions import source_partitions
     from eagle_assets.reasoning_samples import asset as reasoning_samples
-    from eagle_assets.resources import VLLMServer
+    from eagle_assets.resources import Verifier, VLLMServer
 
     wanted = Counter(
         (p["prompt_id"], t) for p in multi_turn_prompts(storage_root, 8) for t in range(len(user_turns(p["messages"])))
     )
-    folder = storage_root.path("reasoning_samples", PARTITION)
     kill_after_rows(
         {"turns": "all", "max_tokens": 160, "concurrency": 1, "shard_rows": 1},
         tmp_path,
         storage_root.root,
         vllm_server_urls[0],
         rows=3,
+        verifier=tiny_verifier,
     )
+    folder = samples_folder(storage_root.root, PARTITION)
     before = load_samples(folder)
     assert 0 < before.num_rows < len(wanted), "the kill did not land mid-run"
 
     result = dg.materialize(
         reasoning_samples.build(source_partitions())["assets"],
         partition_key=PARTITION,
-        resources={"storage": storage_root, "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls)},
+        resources={
+            "storage": storage_root,
+            "vllm_server": VLLMServer(mode="external", base_urls=vllm_server_urls),
+            "verifier": Verifier(model_path=str(tiny_verifier)),
+        },
         run_config={"ops": {"reasoning_samples": {"config": {"turns": "all", "max_tokens": 160}}}},
     )
     [mat] = result.asset_materializations_for_node("reasoning_samples")
     assert mat.metadata["captured_this_run"].value == len(wanted) - before.num_rows
+    assert current_version(storage_root.path("reasoning_samples", PARTITION)) == folder.name
     # Every shard row, not just the latest view: each turn of each conversation has exactly one ok row.
     every_row = pa.concat_tables(pq.read_table(p, columns=["prompt_id", "turn", "status"]) for p in shard_paths(folder))
     assert (

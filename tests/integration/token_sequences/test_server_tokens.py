@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import pyarrow.parquet as pq
 
+from eagle_assets.core.layout import index_file, samples_folder, sequences_file
 from eagle_assets.orchestration.partitions import source_partitions
 from eagle_assets.resources import Verifier
 from eagle_assets.token_sequences import asset as family
@@ -13,7 +14,7 @@ from tests.helpers.upstream import PARTITION
 
 
 def sequences(storage_root):
-    return pq.read_table(storage_root.path("token_sequences", PARTITION) / "sequences.parquet")
+    return pq.read_table(sequences_file(storage_root.root, PARTITION))
 
 
 def test_real_server_tokens_through_to_hidden_states(storage_root, tiny_verifier, vllm_server_urls):
@@ -44,7 +45,7 @@ def test_real_server_tokens_through_to_hidden_states(storage_root, tiny_verifier
         raise_on_error=False,
     )
     assert result.success
-    samples = {s["prompt_id"]: s for s in load_samples(storage_root.path("reasoning_samples", PARTITION)).to_pylist()}
+    samples = {s["prompt_id"]: s for s in load_samples(samples_folder(storage_root.root, PARTITION)).to_pylist()}
     table = sequences(storage_root)
     assert table.num_rows == sum(s["status"] == "ok" for s in samples.values()) > 0
     for row in table.to_pylist():
@@ -55,7 +56,7 @@ def test_real_server_tokens_through_to_hidden_states(storage_root, tiny_verifier
         assert row["input_ids"][prompt_len:] == sample["token_ids"] and all(row["loss_mask"][prompt_len:])
     [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "template_drift"]
     assert check.passed and check.metadata["drift_prompt_mismatch_rate"].value == 0.0
-    index = pq.read_table(storage_root.path("hidden_states", PARTITION) / "index.parquet").to_pylist()
+    index = pq.read_table(index_file(storage_root.root, PARTITION)).to_pylist()
     by_id = {r["prompt_id"]: r["input_ids"] for r in table.to_pylist()}
     for entry in index:
         stored = load_sample(storage_root.path("hidden_states", PARTITION) / entry["file"])
