@@ -29,9 +29,10 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eagle_assets.core.files import write_parquet
-from eagle_assets.core.layout import PROMPTS_FILE, SEQUENCES_FILE
+from eagle_assets.core.files import publish_version, write_parquet
+from eagle_assets.core.layout import SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder, prompts_file
 from eagle_assets.core.partitions import add_training_run
+from eagle_assets.core.tables import table_version
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import DEMO_OPS
 from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
@@ -44,7 +45,7 @@ from eagle_assets.reasoning_samples import asset as reasoning_samples
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.token_sequences import asset as token_sequences
 from eagle_assets.token_sequences.asset import renderer
-from eagle_assets.token_sequences.build import Policy, build_rows
+from eagle_assets.token_sequences.build import VERSIONED_COLUMNS, Policy, build_rows
 
 FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
 TRAINING_SPLITS = {"config": {"splits": ["train", "validation"]}}
@@ -85,7 +86,7 @@ def materialize(assets, selection, resources, instance, partition=None, ops=None
 
 def static_sequences(root: Path, partition: str, verifier) -> int:
     """token_sequences of the static side: prompt + the dataset's reference answer, mask on the answer."""
-    table = pq.read_table(root / "prompts" / partition / PROMPTS_FILE)
+    table = pq.read_table(prompts_file(root, partition))
     rows = [r for r in table.to_pylist() if r["reference"]]
     # No server tokens: build_rows renders prompt + answer through the verifier's chat template.
     samples = pa.Table.from_pylist(
@@ -108,7 +109,12 @@ def static_sequences(root: Path, partition: str, verifier) -> int:
     splits = {r["prompt_id"]: r["split"] for r in rows}
     render, _ = renderer(verifier)
     built = build_rows(samples, messages, splits, render, Policy(16384, "truncate", ("train", "validation")))
-    write_parquet(built.table(), root / "token_sequences" / partition / SEQUENCES_FILE)
+    sequences = built.table()
+    publish_version(
+        asset_folder(root, TOKEN_SEQUENCES, partition),
+        table_version(sequences, VERSIONED_COLUMNS),
+        lambda tmp: write_parquet(sequences, tmp / SEQUENCES_FILE),
+    )
     return len(built.prompt_ids)
 
 
