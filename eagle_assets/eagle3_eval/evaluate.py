@@ -222,6 +222,14 @@ def replaced(server: VLLMServer, port: int | None = None, **changes) -> VLLMServ
     return type(server)(**{**fields, **changes, **({"port": port} if port else {})})
 
 
+def warm_then(urls, greedy: Callable, requests: Sequence[PromptRequest], warm: bool = True) -> ServedRun:
+    """``requests`` served, after one of them unmeasured on a fresh server: a server's first requests run
+    slower, and each K of a sweep is compared by its tokens/s."""
+    if warm:
+        greedy(urls, requests[:1])
+    return greedy(urls, requests)
+
+
 def checkpoint_layer_ids(checkpoint: Path, verifier_path: Path) -> list[int]:
     """Aux ids the draft was trained on, then the verifier's final layer (the pre-norm state)."""
     config = json.loads((Path(checkpoint) / "config.json").read_text())
@@ -346,12 +354,12 @@ def evaluate(
                 baseline = greedy(urls, requests)
                 log(f"without the draft: {baseline.tokens_per_s:.0f} tok/s")
             if sweep_ks and sweep_requests:
-                swept[None] = greedy(urls, sweep_requests)
+                swept[None] = warm_then(urls, greedy, sweep_requests, warm=baseline is None)
 
     def measure(k: int | None) -> ServedRun:
         if k not in swept:
             with speculative_server(server, checkpoint, k, port).serve(log=logger) as urls:
-                swept[k] = greedy(urls, sweep_requests)
+                swept[k] = warm_then(urls, greedy, sweep_requests)
                 _check_speculating(swept[k], urls, f"sweep K={k}")
         return swept[k]
 
