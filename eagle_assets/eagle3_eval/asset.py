@@ -84,7 +84,7 @@ class Eagle3EvalConfig(dg.Config):
         default_factory=lambda: list(DEFAULT_SUITES),
         description="The prompt sets measured, each reported under its own label: 'heldout' (the run's held-out "
         "prompts; required), 'ood' (the out-of-distribution set) and registered eval suites by name (mt_bench, "
-        "gsm8k, humaneval, math500, aime, or a plugin's; `eagle-assets plugins` lists them), max_prompts each.",
+        "gsm8k, humaneval, math500, aime, or a plugin's; an unknown name fails listing them), max_prompts each.",
     )
     suite_locations: dict[str, str] = Field(
         default_factory=dict,
