@@ -166,22 +166,47 @@ def demo_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def kimi_demo_run(tmp_path_factory, kimi_server_config, kimi_server):
-    """tiny-kimi's demo, run once to its end in the background as soon as the session's tiny-kimi server is
-    ready: its capture attaches to that server (served as the demo serves it, on the port given to the
-    demo) instead of starting another; its speculating server is its own. Tests read it through
-    tests/e2e/conftest.py's ``kimi_demo``."""
+def kimi_demo_run(tmp_path_factory, demo_run, second_training_run, kimi_server_config, kimi_server):
+    """tiny-kimi's demo in tiny-qwen3's DAGSTER_HOME and storage root, once the qwen3 demo and the training
+    run beside it have ended (`make demo` then `make demo VERIFIER=tiny-kimi`): its capture attaches to the
+    session's tiny-kimi server (served as the demo serves it, on the port given to the demo) instead of
+    starting another; its speculating server is its own. Tests read it through tests/e2e/conftest.py's
+    ``kimi_demo``."""
     from tests.helpers.background import HEAVY, InBackground
-    from tests.helpers.demo import completed_demo, stop_demos
+    from tests.helpers.demo import demo_beside, stop_demos
 
     base, started = tmp_path_factory.mktemp("demo-tiny-kimi"), []
+
+    def ready():
+        second_training_run.value()  # it trains on the qwen3 demo's current data: not while kimi's replaces it
+        kimi_server.value()
 
     # On abort, the demo's speculating server is stopped; the capture server is the session's.
     run = InBackground(
         "demo tiny-kimi",
-        lambda: completed_demo(base, "tiny-kimi", kimi_server_config.port, started),
+        lambda: demo_beside(demo_run.value(), base, "tiny-kimi", kimi_server_config.port, started),
         on_abort=lambda: stop_demos(started, kimi_server_config.port + 1),
-        after=kimi_server.value,
+        after=ready,
+        gate=HEAVY,
+    )
+    yield run
+    run.close()
+
+
+@pytest.fixture(scope="session")
+def back_demo_run(tmp_path_factory, demo_run, kimi_demo_run):
+    """tiny-qwen3's demo once more in the same folders after tiny-kimi's (`make demo` after `make demo
+    VERIFIER=tiny-kimi`): everything it needs is already stored. Tests read it through
+    tests/e2e/conftest.py's ``back_demo``."""
+    from tests.helpers.background import HEAVY, InBackground
+    from tests.helpers.demo import demo_beside, stop_demos
+
+    base, started, first = tmp_path_factory.mktemp("demo-back"), [], demo_run.value
+    run = InBackground(
+        "demo tiny-qwen3 again",
+        lambda: demo_beside(first(), base, "tiny-qwen3", first().port, started),
+        on_abort=lambda: stop_demos(started, first().port),
+        after=kimi_demo_run.value,
         gate=HEAVY,
     )
     yield run
@@ -229,6 +254,7 @@ def vllm_extraction_run(tiny_verifier, tmp_path_factory):
 
 # Started at the run's first test when a test of the run needs them, longest first.
 STARTED_EARLY = (
+    "back_demo_run",
     "kimi_demo_run",
     "demo_run",
     "second_training_run",

@@ -17,8 +17,14 @@ def demo(demo_run) -> Demo:
 
 @pytest.fixture(scope="session")
 def kimi_demo(kimi_demo_run) -> Demo:
-    """tiny-kimi's demo (`make demo VERIFIER=tiny-kimi`), run once to its end."""
+    """tiny-kimi's demo (`make demo VERIFIER=tiny-kimi`) in tiny-qwen3's folders, after tiny-qwen3's."""
     return kimi_demo_run.value()
+
+
+@pytest.fixture(scope="session")
+def back_demo(back_demo_run) -> Demo:
+    """tiny-qwen3's demo once more in the same folders, after tiny-kimi's."""
+    return back_demo_run.value()
 
 
 @pytest.fixture(scope="session", params=["demo_run", "kimi_demo_run"], ids=["tiny-qwen3", "tiny-kimi"])

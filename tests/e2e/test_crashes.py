@@ -17,7 +17,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 
 from eagle_assets.core.files import file_sha256
-from eagle_assets.core.layout import index_file, prompts_file, sequences_file
+from eagle_assets.core.layout import index_file, prompts_file, samples_folder, sequences_file
 from eagle_assets.core.shards import shard_paths
 from tests.helpers.http import LocalServer, Reply, Request, relay
 from tests.helpers.processes import kill_group
@@ -65,14 +65,18 @@ def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_comple
             },
         },
     )
-    samples, tensors = root / "reasoning_samples" / "demo", root / "hidden_states" / "demo" / "tensors"
+    tensors = root / "hidden_states" / "demo" / "tensors"
     instance = instance_at(home)
 
     # 1. Killed (whole process group) while reasoning_samples is answering prompts.
     first = materialize(home, config, GRAPH, tmp_path / "first.log")
     try:
         wait_until(
-            lambda: len(shard_paths(samples)) >= 2, 240, "the first sample shards", first, tmp_path / "first.log"
+            lambda: len(shard_paths(samples_folder(root, "demo"))) >= 2,
+            240,
+            "the first sample shards",
+            first,
+            tmp_path / "first.log",
         )
     finally:
         kill_group(first)
@@ -80,7 +84,7 @@ def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_comple
     assert instance.get_run_by_id(killed_in_samples).status == dg.DagsterRunStatus.STARTED
     assert gpu_holders(instance) == [killed_in_samples]  # a held slot blocks every later gpu step
     wanted = pq.read_table(prompts_file(root, "demo"), columns=["prompt_id"])["prompt_id"].to_pylist()
-    assert 0 < len(samples_ok_rows(samples)) < len(wanted), "the kill did not land mid-generation"
+    assert 0 < len(samples_ok_rows(samples_folder(root, "demo"))) < len(wanted), "the kill did not land mid-generation"
 
     # 2. The next run frees the slot by itself, finishes the samples, and is killed during hidden_states.
     second = materialize(home, config, GRAPH, tmp_path / "second.log")
@@ -113,7 +117,9 @@ def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_comple
     assert "is gone (killed or crashed)" in failure_message(instance, second_id)
     assert instance.get_run_by_id(third_id).status == dg.DagsterRunStatus.SUCCESS
     assert gpu_holders(instance) == []
-    assert Counter(samples_ok_rows(samples)) == Counter(wanted)  # every prompt answered exactly once
+    assert Counter(samples_ok_rows(samples_folder(root, "demo"))) == Counter(
+        wanted
+    )  # every prompt answered exactly once
     index = pq.read_table(index_file(root, "demo")).to_pylist()
     assert len(index) == sequences.num_rows
     for row in index:
@@ -252,12 +258,13 @@ import sys, dagster as dg
 from eagle_assets.prompts import asset as prompts
 from eagle_assets.reasoning_samples import asset as reasoning_samples
 from eagle_assets.orchestration.partitions import source_partitions
-from eagle_assets.resources import StorageRoot, VLLMServer
+from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 parts = source_partitions()
 dg.materialize(
     prompts.build(parts)["assets"] + reasoning_samples.build(parts)["assets"], partition_key="demo",
     resources={"storage": StorageRoot(root=sys.argv[1]),
-               "vllm_server": VLLMServer(mode="external", base_urls=[sys.argv[2]])},
+               "vllm_server": VLLMServer(mode="external", base_urls=[sys.argv[2]]),
+               "verifier": Verifier(model_path=sys.argv[3])},
     run_config={"ops": {"prompts": {"config": {"limit": 200}}, "reasoning_samples": {"config": {
         "max_tokens": 200, "concurrency": 4, "shard_rows": 100000, "flush_interval_s": %s,
         "progress_interval_s": 0.5}}}},
@@ -268,22 +275,36 @@ dg.materialize(
 FLUSH_INTERVAL_S = 2.0
 
 
-def test_a_kill_regenerates_at_most_one_flush_interval_of_answered_rows(tmp_path, vllm_server_urls):
+def test_a_kill_regenerates_at_most_one_flush_interval_of_answered_rows(tmp_path, vllm_server_urls, tiny_verifier):
     clock, answered_at = answer_clock(vllm_server_urls[0])
-    folder = tmp_path / "data" / "reasoning_samples" / "demo"
     log = tmp_path / "run.log"
     # shard_rows is out of reach: every shard here is written because its first row got old.
     run = start(
-        [sys.executable, "-c", FLUSHED_BY_TIME % FLUSH_INTERVAL_S, str(tmp_path / "data"), clock.url], tmp_path, log
+        [
+            sys.executable,
+            "-c",
+            FLUSHED_BY_TIME % FLUSH_INTERVAL_S,
+            str(tmp_path / "data"),
+            clock.url,
+            str(tiny_verifier),
+        ],
+        tmp_path,
+        log,
     )
     try:
-        wait_until(lambda: len(shard_paths(folder)) >= 3, 240, "three time-flushed shards", run, log)
+        wait_until(
+            lambda: len(shard_paths(samples_folder(tmp_path / "data", "demo"))) >= 3,
+            240,
+            "three time-flushed shards",
+            run,
+            log,
+        )
         time.sleep(FLUSH_INTERVAL_S * 0.7)  # land somewhere inside the next interval
     finally:
         kill_group(run)
         killed_at = time.time()
         clock.close()
-    on_disk = len(samples_ok_rows(folder))
+    on_disk = len(samples_ok_rows(samples_folder(tmp_path / "data", "demo")))
     answered = len(answered_at)
     lost = answered - on_disk  # answered before the kill, never written: regenerated by the next run
     # The buffer is written when its oldest row is FLUSH_INTERVAL_S old (checked on each new row and on

@@ -47,6 +47,9 @@ def test_demo_ends_with_a_servable_checkpoint_and_its_acceptance(any_demo):
     ]
     tail = output[output.index("acceptance_length=") :]
     assert "lineage:" in tail and "prompts[demo]" in tail
+    # The evaluation in at most 4 lines, τ of the first output-position bin among them.
+    assert len(tail[: tail.index("lineage:")].splitlines()) <= 4, tail
+    assert re.search(r"held out 0-512 τ \d\.\d{3}", output), tail
     # The hidden states came from this verifier's backend (tiny-kimi: `kimi`, vLLM's extract_hidden_states).
     assert f"hidden_states[demo]: backend {embedded_verifier(verifier).backend}," in tail
 

@@ -71,11 +71,11 @@ def stop_demos(started: list, port: int) -> None:
 
 
 @contextmanager
-def completed_demo(base: Path, verifier: str, port: int, started: list) -> Iterator[Demo]:
-    """The demo of ``verifier`` on ``port`` (and the next), run once to its end under ``base``; its process
-    is appended to ``started``."""
-    env = _environment(base)
-    yield Demo(verifier, _complete(verifier, base, port, env, started), env, port)
+def demo_beside(earlier: Demo, base: Path, verifier: str, port: int, started: list) -> Iterator[Demo]:
+    """The demo of ``verifier`` on ``port`` (and the next), run to its end in ``earlier``'s DAGSTER_HOME and
+    storage root, as a user runs `make demo VERIFIER=...` after a first `make demo`; its terminal files go
+    under ``base`` and its process is appended to ``started``."""
+    yield Demo(verifier, _complete(verifier, base, port, earlier.env, started), earlier.env, port)
 
 
 @contextmanager
@@ -85,15 +85,20 @@ def demo_after_a_killed_one(base: Path, verifier: str, port: int, started: list)
     with no step in between: the run a user gets after a crash. The killed demo's vLLM server lives on
     (it runs in its own session) for the second one to attach to; the second one, its last user, stops
     it (and so does leaving this, should the demo have failed). Both processes are appended to ``started``."""
+    from eagle_assets.core.layout import samples_folder
     from eagle_assets.core.shards import shard_paths
 
     env = _environment(base)
-    samples, killed_log = base / "data" / "reasoning_samples" / "demo", base / "killed.log"
+    killed_log = base / "killed.log"
     killed = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), killed_log, niceness=NICENESS, **env)
     started.append(killed)
     try:
         wait_until(
-            lambda: shard_paths(samples), FIRST_SAMPLES_TIMEOUT_S, "the first demo's first samples", killed, killed_log
+            lambda: shard_paths(samples_folder(base / "data", "demo")),
+            FIRST_SAMPLES_TIMEOUT_S,
+            "the first demo's first samples",
+            killed,
+            killed_log,
         )
     finally:
         kill_group(killed)

@@ -1,7 +1,9 @@
 """Unit tests read the tiny verifiers' tokenizer, chat template, config and weight names, never what their
 training taught them: they get quick builds of the same recipes (same tokenizer, two optimizer steps),
 made in seconds on a fresh machine instead of minutes. Tests of the trained behaviour and of the default
-builds themselves are in tests/integration/tiny_verifier/."""
+builds themselves are in tests/integration/tiny_verifier/. The fixtures have names of their own: the session's
+server fixtures (tests/conftest.py) take ``tiny_verifier``, and must get the default build whichever test
+starts them."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ QUICK_STEPS = {"train_steps": 2, "batch_size": 4}
 
 
 @pytest.fixture(scope="session")
-def tiny_verifier():
+def quick_tiny_verifier():
     """tiny-qwen3's tokenizer, template and architecture with untrained weights."""
     from eagle_assets.tiny_verifier.cache import cached_tiny_verifier
 
@@ -23,7 +25,7 @@ def tiny_verifier():
 
 
 @pytest.fixture(scope="session")
-def tiny_kimi():
+def quick_tiny_kimi():
     """tiny-kimi's tokenizer, template and architecture with untrained weights."""
     from eagle_assets.tiny_verifier.cache import cached_tiny_verifier
 

@@ -105,12 +105,12 @@ def test_plan_without_a_count_is_a_clear_error():
     assert result.exit_code == 2 and "--prompts N or --partition P" in result.output
 
 
-def test_token_statistics_are_measured_from_a_materialized_partition(tiny_verifier, storage_root):
+def test_token_statistics_are_measured_from_a_materialized_partition(quick_tiny_verifier, storage_root):
     from transformers import AutoTokenizer
 
     from tests.helpers.upstream import PARTITION, demo_prompts, sample_row, write_samples
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_verifier)
+    tokenizer = AutoTokenizer.from_pretrained(quick_tiny_verifier)
     prompts = demo_prompts(storage_root, limit=8)
     rows = [sample_row(p, tokenizer, steps=2) for p in prompts]
     write_samples(storage_root, rows)
@@ -123,7 +123,7 @@ def test_token_statistics_are_measured_from_a_materialized_partition(tiny_verifi
     )
     assert stats.seq_tokens == pytest.approx(sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows) / 8)
     result = runner.invoke(
-        app, ["plan", "--verifier", str(tiny_verifier), "--partition", PARTITION, "--root", storage_root.root]
+        app, ["plan", "--verifier", str(quick_tiny_verifier), "--partition", PARTITION, "--root", storage_root.root]
     )
     assert result.exit_code == 0, result.output
     assert "measured from reasoning_samples[demo]" in result.output and "measured on the stored" in result.output

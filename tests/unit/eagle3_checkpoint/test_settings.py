@@ -29,12 +29,12 @@ def test_training_defaults_resolve_from_a_kimi_shaped_verifier(tmp_path):
     assert "speculators' 32000" in resolved["draft_vocab_size"]
 
 
-def test_training_defaults_for_the_tiny_verifier_and_explicit_settings(tiny_verifier):
+def test_training_defaults_for_the_tiny_verifier_and_explicit_settings(quick_tiny_verifier):
     from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
     from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
 
     recipe = {"lr": 1e-3, "total_seq_len": 8192, "draft_vocab_size": 32000}
-    shape = VerifierShape.of(TRANSFORMERS_BACKEND.text_config(tiny_verifier))
+    shape = VerifierShape.of(TRANSFORMERS_BACKEND.text_config(quick_tiny_verifier))
     settings, _ = resolve_settings(TrainingSettings(), shape, recipe)
     assert settings.draft_vocab_size == shape.vocab_size // 2 < 32000  # a 1K vocabulary: half of it, not 32K
     assert settings.total_seq_len <= shape.context_length

@@ -49,11 +49,11 @@ def close_to_forward(stored: dict, expected: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("feature_dtype", ["bfloat16", "fp8"])
 def test_states_equal_a_direct_forward_pass_and_load_in_speculators(
-    storage_root, tiny_verifier, tmp_path, feature_dtype
+    storage_root, quick_tiny_verifier, tmp_path, feature_dtype
 ):
-    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=10, steps=3)
+    sequences = write_token_sequences(storage_root, quick_tiny_verifier, prompts=10, steps=3)
     # batch_tokens small enough that rows of different lengths share padded batches.
-    verifier = verifier_for(tiny_verifier, batch_tokens=400, feature_dtype=feature_dtype)
+    verifier = verifier_for(quick_tiny_verifier, batch_tokens=400, feature_dtype=feature_dtype)
     result = materialize_hidden_states(storage_root, verifier)
     assert result.success
     meta = metadata(result)
@@ -68,7 +68,7 @@ def test_states_equal_a_direct_forward_pass_and_load_in_speculators(
     assert meta["bytes_per_token"] == {"bfloat16": 4 * hidden * 2 + 8, "fp8": 4 * hidden + 4 + 8}[feature_dtype]
     assert meta["feature_dtype"] == feature_dtype
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_verifier, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(quick_tiny_verifier, dtype=torch.float32).eval()
     model.config.tie_last_hidden_states = False  # keep hidden_states[-1] pre-norm, as vLLM defines it
     by_id = {r["prompt_id"]: r for r in sequences.to_pylist()}
     for row in index.to_pylist():
@@ -116,13 +116,13 @@ def test_states_equal_a_direct_forward_pass_and_load_in_speculators(
     assert metadata(again)["files_reused"] == meta["files"]
 
 
-def test_bf16_and_fp8_files_are_never_reused_for_each_other(storage_root, tiny_verifier):
-    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=4, steps=1)
+def test_bf16_and_fp8_files_are_never_reused_for_each_other(storage_root, quick_tiny_verifier):
+    sequences = write_token_sequences(storage_root, quick_tiny_verifier, prompts=4, steps=1)
     ids = sequences["input_ids"].to_pylist()[0]
     assert content_id(ids, "v", [1, 2], "bfloat16") != content_id(ids, "v", [1, 2], "fp8")
     files, indexes = {}, {}
     for dtype in ("bfloat16", "fp8"):
-        result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, feature_dtype=dtype))
+        result = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier, feature_dtype=dtype))
         assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
         meta = metadata(result)
         assert meta["files_reused"] == 0 and meta["files_written"] == meta["files"]  # nothing of the other dtype
@@ -131,7 +131,7 @@ def test_bf16_and_fp8_files_are_never_reused_for_each_other(storage_root, tiny_v
         indexes[dtype] = (index_path(storage_root), index_path(storage_root).read_bytes())
     assert not files["bfloat16"] & files["fp8"]
     assert all(SCALES_KEY in load_sample(folder(storage_root) / f) for f in files["fp8"])
-    back = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, feature_dtype="bfloat16"))
+    back = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier, feature_dtype="bfloat16"))
     assert metadata(back)["files_written"] == 0  # its own bf16 files again, untouched by the fp8 run
     assert set(pq.read_table(index_path(storage_root))["file"].to_pylist()) == files["bfloat16"]
     # Each materialization's index is its own version, never rewritten: the bf16 one is current again.
@@ -139,9 +139,9 @@ def test_bf16_and_fp8_files_are_never_reused_for_each_other(storage_root, tiny_v
     assert all(path.read_bytes() == stored for path, stored in indexes.values())
 
 
-def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifier):
-    write_token_sequences(storage_root, tiny_verifier, prompts=3, steps=1)
-    assert materialize_hidden_states(storage_root, verifier_for(tiny_verifier)).success
+def test_files_match_rows_check_catches_a_changed_file(storage_root, quick_tiny_verifier):
+    write_token_sequences(storage_root, quick_tiny_verifier, prompts=3, steps=1)
+    assert materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier)).success
     entry = pq.read_table(index_path(storage_root)).to_pylist()[0]
     path = folder(storage_root) / entry["file"]
     stored = load_sample(path)
@@ -150,7 +150,7 @@ def test_files_match_rows_check_catches_a_changed_file(storage_root, tiny_verifi
 
     save_file(stored, str(path))
     # The re-run reuses the file (same content id) and the check re-hashes it against the index.
-    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier))
+    result = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier))
     [check] = result.get_asset_check_evaluations()
     assert not check.passed and check.metadata["problems"].value == 1
     assert "changed since it was indexed" in check.metadata["examples"].value
@@ -169,13 +169,13 @@ dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key
 """
 
 
-def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, tmp_path):
-    sequences = write_token_sequences(storage_root, tiny_verifier, prompts=60, steps=40)
+def test_resume_after_kill_leaves_no_corrupt_file(storage_root, quick_tiny_verifier, tmp_path):
+    sequences = write_token_sequences(storage_root, quick_tiny_verifier, prompts=60, steps=40)
     tensors = folder(storage_root) / "tensors"
     log = tmp_path / "killed-run.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_RUN, storage_root.root, str(tiny_verifier), PARTITION],
+            [sys.executable, "-c", KILLED_RUN, storage_root.root, str(quick_tiny_verifier), PARTITION],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -201,7 +201,7 @@ def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, t
         check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
     before = {p.name: p.stat().st_mtime_ns for p in finished}
 
-    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, batch_tokens=256))
+    result = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier, batch_tokens=256))
     assert result.success
     meta = metadata(result)
     assert meta["files_reused"] == len(finished) and meta["files_written"] == distinct - len(finished)
@@ -211,9 +211,9 @@ def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, t
         assert file_sha256(folder(storage_root) / row["file"]) == row["sha256"]
 
 
-def test_disk_budget_fails_fast_with_the_numbers(storage_root, tiny_verifier):
-    write_token_sequences(storage_root, tiny_verifier, prompts=4, steps=1)
-    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier), {"disk_headroom_gb": 1e9})
+def test_disk_budget_fails_fast_with_the_numbers(storage_root, quick_tiny_verifier):
+    write_token_sequences(storage_root, quick_tiny_verifier, prompts=4, steps=1)
+    result = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier), {"disk_headroom_gb": 1e9})
     assert not result.success
     [event] = result.get_step_failure_events()
     text = event.step_failure_data.user_failure_data.description

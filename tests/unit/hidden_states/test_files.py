@@ -11,7 +11,7 @@ from eagle_assets.hidden_states.files import (
 )
 
 
-def test_on_device_quantization_writes_the_files_the_sink_would(tiny_verifier, tmp_path):
+def test_on_device_quantization_writes_the_files_the_sink_would(quick_tiny_verifier, tmp_path):
     """The transformers backend quantizes fp8 batches itself (less to copy off a GPU); its files are
     byte-identical to bf16 samples quantized by the sink with the same hs-connectors function."""
     from eagle_assets.plugin_manager import verifier_backend
@@ -20,9 +20,9 @@ def test_on_device_quantization_writes_the_files_the_sink_would(tiny_verifier, t
     seqs = [((i, f"s{i}"), list(range(3 + i, 40 + 7 * i))) for i in range(4)]
     digests = []
     for name, on_device in (("device", "fp8"), ("sink", "bfloat16")):
-        writer = SampleWriter(tmp_path / name, 4, backend.hidden_size(tiny_verifier), "fp8")
+        writer = SampleWriter(tmp_path / name, 4, backend.hidden_size(quick_tiny_verifier), "fp8")
         backend.extract(
-            tiny_verifier,
+            quick_tiny_verifier,
             ExtractionRequest(seqs, [1, 2, 3, 4], device="cpu", batch_tokens=128, feature_dtype=on_device),
             writer,
         )

@@ -51,12 +51,14 @@ def test_shards_are_disjoint_balanced_and_independent_of_input_order():
     assert shard_sequences(sequences[::-1], 3) == shards
 
 
-def test_gpu_devices_on_a_host_without_them_fail_the_step_before_any_work(storage_root, tiny_verifier, monkeypatch):
+def test_gpu_devices_on_a_host_without_them_fail_the_step_before_any_work(
+    storage_root, quick_tiny_verifier, monkeypatch
+):
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # a GPU host's settings on a CPU machine
-    write_token_sequences(storage_root, tiny_verifier, prompts=2, steps=1)
-    result = materialize_hidden_states(storage_root, verifier_for(tiny_verifier, devices=["cuda:0", "cuda:1"]))
+    write_token_sequences(storage_root, quick_tiny_verifier, prompts=2, steps=1)
+    result = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier, devices=["cuda:0", "cuda:1"]))
     assert not result.success
     [event] = result.get_step_failure_events()
     text = event.step_failure_data.user_failure_data.description

@@ -57,9 +57,9 @@ def test_a_folder_without_lineage_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "lacks partitions" in result.output
 
 
-def test_an_upstream_rematerialized_after_use_is_flagged(tiny_verifier, tmp_path):
+def test_an_upstream_rematerialized_after_use_is_flagged(quick_tiny_verifier, tmp_path):
     storage = StorageRoot(root=str(tmp_path / "data"))
-    assets = chain_assets(AutoTokenizer.from_pretrained(tiny_verifier))[:2]  # prompts, reasoning_samples
+    assets = chain_assets(AutoTokenizer.from_pretrained(quick_tiny_verifier))[:2]  # prompts, reasoning_samples
     home = tmp_path / "dagster_home"
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:

@@ -37,43 +37,43 @@ def test_spread_layer_ids_stays_inside_the_model():
     assert spread_layer_ids(1) == [] and spread_layer_ids(3) == [1, 2] and spread_layer_ids(100) == [1, 50, 99]
 
 
-def test_capture_ids_end_with_the_final_layer_and_bad_ids_are_named(tiny_verifier):
-    assert TRANSFORMERS_BACKEND.capture_layer_ids(tiny_verifier) == [1, 2, 3, 4]
-    assert TRANSFORMERS_BACKEND.capture_layer_ids(tiny_verifier, [0, 3]) == [0, 3, 4]
+def test_capture_ids_end_with_the_final_layer_and_bad_ids_are_named(quick_tiny_verifier):
+    assert TRANSFORMERS_BACKEND.capture_layer_ids(quick_tiny_verifier) == [1, 2, 3, 4]
+    assert TRANSFORMERS_BACKEND.capture_layer_ids(quick_tiny_verifier, [0, 3]) == [0, 3, 4]
     with pytest.raises(ValueError, match=r"aux_layer_ids \[2, 4\] are invalid for a verifier with 4 layers"):
-        TRANSFORMERS_BACKEND.capture_layer_ids(tiny_verifier, [2, 4])
+        TRANSFORMERS_BACKEND.capture_layer_ids(quick_tiny_verifier, [2, 4])
     with pytest.raises(ValueError, match="distinct"):
-        TRANSFORMERS_BACKEND.capture_layer_ids(tiny_verifier, [1, 1])
+        TRANSFORMERS_BACKEND.capture_layer_ids(quick_tiny_verifier, [1, 1])
 
 
-def test_transformers_backend_describes_the_tiny_verifier(tiny_verifier):
-    info = TRANSFORMERS_BACKEND.describe(tiny_verifier)
-    config = json.loads((tiny_verifier / "config.json").read_text())
+def test_transformers_backend_describes_the_tiny_verifier(quick_tiny_verifier):
+    info = TRANSFORMERS_BACKEND.describe(quick_tiny_verifier)
+    config = json.loads((quick_tiny_verifier / "config.json").read_text())
     assert info["num_layers"] == config["num_hidden_layers"] and info["hidden_size"] == config["hidden_size"]
     assert info["vocab_size"] == config["vocab_size"]
     assert info["embedding_weight"] == "model.embed_tokens.weight" and info["lm_head_weight"] == "lm_head.weight"
     assert len(info["identity"]) == 16
-    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(tiny_verifier)
+    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(quick_tiny_verifier)
     assert "<think>" in tokenizer.chat_template
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in TRANSFORMERS_BACKEND.stop_token_ids(
-        tokenizer, tiny_verifier
+        tokenizer, quick_tiny_verifier
     )
 
 
-def test_verifier_identity_follows_the_files(tiny_verifier, tmp_path):
+def test_verifier_identity_follows_the_files(quick_tiny_verifier, tmp_path):
     import shutil
 
     copy = tmp_path / "copy"
-    shutil.copytree(tiny_verifier, copy)
-    assert TRANSFORMERS_BACKEND.identity(copy) == TRANSFORMERS_BACKEND.identity(tiny_verifier)
+    shutil.copytree(quick_tiny_verifier, copy)
+    assert TRANSFORMERS_BACKEND.identity(copy) == TRANSFORMERS_BACKEND.identity(quick_tiny_verifier)
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))
-    assert TRANSFORMERS_BACKEND.identity(copy) != TRANSFORMERS_BACKEND.identity(tiny_verifier)
+    assert TRANSFORMERS_BACKEND.identity(copy) != TRANSFORMERS_BACKEND.identity(quick_tiny_verifier)
 
 
-def test_render_places_reasoning_where_the_template_expects_it(tiny_verifier):
-    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(tiny_verifier)
-    stops = TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, tiny_verifier)
+def test_render_places_reasoning_where_the_template_expects_it(quick_tiny_verifier):
+    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(quick_tiny_verifier)
+    stops = TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, quick_tiny_verifier)
     messages = [{"role": "user", "content": "What is 2 + 3?"}]
     prompt, completion = TRANSFORMERS_BACKEND.render(tokenizer, messages, "2 plus 3 is 5.", "The answer is 5.", stops)
     assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n<think>\n")
@@ -81,11 +81,11 @@ def test_render_places_reasoning_where_the_template_expects_it(tiny_verifier):
     assert tokenizer.decode(completion) == "2 plus 3 is 5.\n</think>\n\nThe answer is 5.<|im_end|>"
 
 
-def test_render_with_thinking_off_matches_what_the_server_was_asked(tiny_verifier):
+def test_render_with_thinking_off_matches_what_the_server_was_asked(quick_tiny_verifier):
     # A sample captured with chat_template_kwargs {enable_thinking: false} (an instant-mode sampling variant):
     # the template closes an empty thinking block in the prompt, so the local render must be given the switch.
-    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(tiny_verifier)
-    stops = TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, tiny_verifier)
+    tokenizer = TRANSFORMERS_BACKEND.load_tokenizer(quick_tiny_verifier)
+    stops = TRANSFORMERS_BACKEND.stop_token_ids(tokenizer, quick_tiny_verifier)
     messages = [{"role": "user", "content": "What is 2 + 3?"}]
     prompt, completion = TRANSFORMERS_BACKEND.render(
         tokenizer, messages, None, "The answer is 5.", stops, {"enable_thinking": False}
@@ -103,10 +103,10 @@ def test_buckets_respect_the_token_budget_and_cover_every_row():
         assert lengths[batch[0]] == longest and (len(batch) * longest <= 600 or len(batch) == 1)
 
 
-def test_extraction_hooks_only_the_captured_layers_and_removes_them(tiny_verifier):
+def test_extraction_hooks_only_the_captured_layers_and_removes_them(quick_tiny_verifier):
     from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor
 
-    model = TRANSFORMERS_BACKEND.load_model(tiny_verifier, "cpu")
+    model = TRANSFORMERS_BACKEND.load_model(quick_tiny_verifier, "cpu")
     extractor = HiddenStateExtractor(model, 4, model.config.hidden_size, [1, 4], batch_tokens=64)
     seen = []
 
@@ -121,13 +121,13 @@ def test_extraction_hooks_only_the_captured_layers_and_removes_them(tiny_verifie
     assert all(not layer._forward_hooks for layer in model.layers)  # our hooks are gone after the run
 
 
-def test_a_failing_sink_surfaces_its_error(tiny_verifier):
+def test_a_failing_sink_surfaces_its_error(quick_tiny_verifier):
     def sink(sample):
         raise OSError(f"disk full while writing {sample.key}")
 
     request = ExtractionRequest([("row-3", [1, 2, 3])], [1, 4], device="cpu")
     with pytest.raises(OSError, match="disk full while writing row-3"):
-        TRANSFORMERS_BACKEND.extract(tiny_verifier, request, sink)
+        TRANSFORMERS_BACKEND.extract(quick_tiny_verifier, request, sink)
 
 
 # ---- Kimi-K2.5 family: a tiny config with the same nesting as the real one --------------------------
@@ -186,9 +186,9 @@ def test_kimi_backend_reads_the_nested_text_config(kimi_k25_config):
     assert verifier.layer_ids() == [2, 30, 58, 61]
 
 
-def test_kimi_backend_names_a_plain_checkpoint(tiny_verifier):
+def test_kimi_backend_names_a_plain_checkpoint(quick_tiny_verifier):
     with pytest.raises(ValueError, match="no 'text_config'"):
-        KIMI_BACKEND.num_layers(tiny_verifier)
+        KIMI_BACKEND.num_layers(quick_tiny_verifier)
 
 
 def test_verifier_resource_names_a_bad_model_path(tmp_path):
@@ -240,7 +240,7 @@ def test_kimi_backend_extracts_through_vllm_text_only():
     assert KIMI_BACKEND.engine_extra == {"limit_mm_per_prompt": {"vision_chunk": 0}}
 
 
-def test_loading_the_verifier_decoder_is_quiet_and_headless(tiny_verifier):
+def test_loading_the_verifier_decoder_is_quiet_and_headless(quick_tiny_verifier):
     # transformers logs through its own library logger (not propagated to the root, so not caplog's).
     warnings = []
     handler = logging.Handler(logging.WARNING)
@@ -248,7 +248,7 @@ def test_loading_the_verifier_decoder_is_quiet_and_headless(tiny_verifier):
     library_logger = logging.getLogger("transformers")
     library_logger.addHandler(handler)
     try:
-        model = TRANSFORMERS_BACKEND.load_model(tiny_verifier, "cpu")
+        model = TRANSFORMERS_BACKEND.load_model(quick_tiny_verifier, "cpu")
     finally:
         library_logger.removeHandler(handler)
     assert not [w for w in warnings if "LOAD REPORT" in w], warnings

@@ -26,23 +26,23 @@ from tests.helpers.upstream import model_folder, served_from
 
 
 def test_the_hashes_are_those_token_sequences_compares_and_a_template_edit_is_no_tokenizer_change(
-    tiny_verifier, tmp_path
+    quick_tiny_verifier, tmp_path
 ):
     from transformers import AutoTokenizer
 
     from eagle_assets.token_sequences.build import template_hash
 
-    assert chat_template_hash(tiny_verifier) == template_hash(AutoTokenizer.from_pretrained(tiny_verifier))
+    assert chat_template_hash(quick_tiny_verifier) == template_hash(AutoTokenizer.from_pretrained(quick_tiny_verifier))
     copy = tmp_path / "copy"
-    shutil.copytree(tiny_verifier, copy)
-    assert tokenizer_hash(copy) == tokenizer_hash(tiny_verifier)  # content, not the path
+    shutil.copytree(quick_tiny_verifier, copy)
+    assert tokenizer_hash(copy) == tokenizer_hash(quick_tiny_verifier)  # content, not the path
     (copy / "chat_template.jinja").write_text("{{ messages }}")
-    assert chat_template_hash(copy) != chat_template_hash(tiny_verifier)
-    assert tokenizer_hash(copy) == tokenizer_hash(tiny_verifier)
+    assert chat_template_hash(copy) != chat_template_hash(quick_tiny_verifier)
+    assert tokenizer_hash(copy) == tokenizer_hash(quick_tiny_verifier)
     vocabulary = json.loads((copy / "tokenizer.json").read_text())
     vocabulary["added_tokens"] = vocabulary["added_tokens"][:-1]
     (copy / "tokenizer.json").write_text(json.dumps(vocabulary))
-    assert tokenizer_hash(copy) != tokenizer_hash(tiny_verifier)
+    assert tokenizer_hash(copy) != tokenizer_hash(quick_tiny_verifier)
     with pytest.raises(FileNotFoundError, match="no tokenizer files"):
         tokenizer_hash(tmp_path)
 

@@ -15,8 +15,8 @@ QUICK_RECIPE = dataclasses.replace(DEFAULT_RECIPE, tokenizer_corpus_samples=200,
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_verifier):
-    return AutoTokenizer.from_pretrained(tiny_verifier)
+def tokenizer(quick_tiny_verifier):
+    return AutoTokenizer.from_pretrained(quick_tiny_verifier)
 
 
 def test_tokenizer_round_trips_any_text(tokenizer):
@@ -30,8 +30,8 @@ def test_digits_are_single_tokens(tokenizer):
     assert pieces == list("1234567")
 
 
-def test_think_tags_and_stop_token(tokenizer, tiny_verifier):
-    config = AutoConfig.from_pretrained(tiny_verifier)
+def test_think_tags_and_stop_token(tokenizer, quick_tiny_verifier):
+    config = AutoConfig.from_pretrained(quick_tiny_verifier)
     assert tokenizer.eos_token == "<|im_end|>"
     assert config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
     for tag in ("<think>", "</think>"):
