@@ -21,6 +21,7 @@ environment (``VLLM_API_KEY``), never through argv, and never logged.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -45,6 +46,8 @@ from eagle_assets.resources.server_state import DEFAULT_IDLE_STOP_S, server_stat
 from eagle_assets.tiny_verifier.embedded import embedded_verifier
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+# vLLM's speculative decoding switch; its JSON names the method, the draft and K.
+SPECULATIVE_FLAG = "--speculative-config"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
 
 
@@ -126,6 +129,24 @@ class VLLMServer(dg.ConfigurableResource):
             stop_grace_s=120.0,
         )
         return cls(**{**preset, **overrides})
+
+    def speculating(
+        self, draft: str | os.PathLike, num_speculative_tokens: int, *, port: int | None = None, extra_args=()
+    ) -> VLLMServer:
+        """These settings plus ``--speculative-config`` serving ``draft`` (a speculators EAGLE-3 checkpoint
+        folder) as the eagle3 draft proposing ``num_speculative_tokens`` tokens per step, then ``extra_args``;
+        on ``port`` when given."""
+        if SPECULATIVE_FLAG in self.extra_args:
+            raise VLLMServerError(
+                f"vllm_server.extra_args already holds {SPECULATIVE_FLAG}: remove it, the draft is set by the "
+                "asset that serves it"
+            )
+        if num_speculative_tokens < 1:
+            raise VLLMServerError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+        spec = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_speculative_tokens}
+        args = [*self.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True), *extra_args]
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self)(**{**fields, "extra_args": args, **({"port": port} if port else {})})
 
     # ----------------------------------------------------------------- launch description
     def api_key(self) -> str | None:

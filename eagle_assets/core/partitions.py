@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import dagster as dg
+
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT
 
 TRAINING_RUNS = "training_runs"
 # Dagster keeps any string, but a run name is also a CLI argument and part of metadata keys and file names.
@@ -28,3 +31,22 @@ def add_training_run(instance: dg.DagsterInstance, name: str) -> bool:
         return False
     instance.add_dynamic_partitions(TRAINING_RUNS, [name])
     return True
+
+
+def latest_checkpoint_record(instance: dg.DagsterInstance, run: str) -> dg.EventLogRecord | None:
+    """The latest ``eagle3_checkpoint`` materialization of the training run ``run``."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT), asset_partitions=[run]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def latest_checkpoint(instance: dg.DagsterInstance, run: str) -> Path:
+    """The folder of the training run ``run``'s latest kept checkpoint (its ``path`` metadata)."""
+    record = latest_checkpoint_record(instance, run)
+    if record is None:
+        raise dg.Failure(
+            f"training run {run!r} has no {EAGLE3_CHECKPOINT} yet: materialize {EAGLE3_CHECKPOINT} "
+            f"for partition {run!r} first"
+        )
+    return Path(record.asset_materialization.metadata["path"].value)

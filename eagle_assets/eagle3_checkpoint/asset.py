@@ -25,6 +25,8 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, HIDDEN_STATES, PIPELINE, PROMPTS, TOKEN_SEQUENCES, WORK_DIR
+from eagle_assets.core.partitions import latest_checkpoint as checkpoint_of
+from eagle_assets.core.partitions import latest_checkpoint_record as latest_record
 from eagle_assets.core.partitions import training_runs
 from eagle_assets.eagle3_checkpoint.checks import (
     learned_check_result,
@@ -84,25 +86,6 @@ def _settings(config: Eagle3TrainingConfig) -> TrainingSettings:
 def recipe_of(config: Eagle3TrainingConfig) -> dict:
     """What a training run's name stands for: its training settings and the partitions it was told to read."""
     return {**_settings(config).model_dump(), "partitions": list(config.partitions)}
-
-
-def latest_record(instance: dg.DagsterInstance, run: str) -> dg.EventLogRecord | None:
-    """The latest ``eagle3_checkpoint`` materialization of the training run ``run``."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT), asset_partitions=[run]), limit=1
-    ).records
-    return records[0] if records else None
-
-
-def checkpoint_of(instance: dg.DagsterInstance, run: str) -> Path:
-    """The folder of the training run ``run``'s latest checkpoint (its ``path`` metadata)."""
-    record = latest_record(instance, run)
-    if record is None:
-        raise dg.Failure(
-            f"training run {run!r} has no {EAGLE3_CHECKPOINT} yet: materialize {EAGLE3_CHECKPOINT} "
-            f"for partition {run!r} first"
-        )
-    return Path(record.asset_materialization.metadata["path"].value)
 
 
 def _check_recipe(instance: dg.DagsterInstance, run: str, recipe: dict) -> None:

@@ -24,8 +24,8 @@ from eagle_assets.eagle3_eval.suite_sets import SuiteSet
 from eagle_assets.eagle3_eval.sweep import Sweep, sweep_num_speculative_tokens
 from eagle_assets.reasoning_samples.requests import PromptRequest
 from eagle_assets.resources import Verifier, VLLMServer
+from eagle_assets.resources.vllm_server import SPECULATIVE_FLAG
 
-SPECULATIVE_FLAG = "--speculative-config"
 # vLLM 0.32: each response carries its own speculative-decoding statistics (metrics.speculative_decoding),
 # detailed: the accepted/proposed count of every verify step, in order; and its timing.
 PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
@@ -207,13 +207,8 @@ def speculative_server(
             f"vllm_server.extra_args holds {NO_STATS_FLAG}: eagle3_eval reads each request's speculative-decoding "
             "statistics, which vLLM keeps only with engine statistics on; remove it"
         )
-    spec = {"method": "eagle3", "model": str(checkpoint), "num_speculative_tokens": num_speculative_tokens}
     per_request = [] if PER_REQUEST_FLAG in server.extra_args else list(PER_REQUEST_ARGS)
-    return replaced(
-        server,
-        port=port,
-        extra_args=[*server.extra_args, SPECULATIVE_FLAG, json.dumps(spec, sort_keys=True), *per_request],
-    )
+    return server.speculating(checkpoint, num_speculative_tokens, port=port, extra_args=per_request)
 
 
 def replaced(server: VLLMServer, port: int | None = None, **changes) -> VLLMServer:
