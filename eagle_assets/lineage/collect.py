@@ -132,13 +132,15 @@ def _generation_facts(folder: Path, meta: dict) -> dict:
     """Server, model and sampling as recorded on the samples of the recipe ``folder`` (one value unless mixed)."""
     facts: dict[str, Any] = {}
     if folder.is_dir():
-        samples = load_samples(folder, columns=["status", "server_model", "vllm_version", "sampling"])
+        samples = load_samples(folder, columns=["status", "server_model", "vllm_version", "sampling", "draft"])
         facts = {
             "samples": samples.num_rows,
             "ok": samples["status"].to_pylist().count("ok"),
             "server_models": _distinct(samples["server_model"].to_pylist()),
             "vllm_versions": _distinct(samples["vllm_version"].to_pylist()),
             "sampling": [json.loads(s) for s in _distinct(samples["sampling"].to_pylist())],
+            # The drafts the server speculated with (lossless: they sped samples up, never changed them).
+            "drafts": [json.loads(d) for d in _distinct(samples["draft"].to_pylist())],
             "turns": turn_mode(folder),
         }
     model = (facts.get("server_models") or [meta.get("server_model")])[0]

@@ -2,13 +2,16 @@
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
 from dataclasses import asdict
+from functools import partial
 from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field, field_validator
 
 from eagle_assets.capacity import asset_plan_metadata
+from eagle_assets.core import layout
 from eagle_assets.core.layout import PIPELINE, REASONING_SAMPLES, SPLITS, asset_folder, prompts_file, samples_folder
+from eagle_assets.core.partitions import latest_checkpoint
 from eagle_assets.prompts.splits import MissingPrompts
 from eagle_assets.reasoning_samples.capture_partition import CapturedPartition, CaptureSettings, capture_partition
 from eagle_assets.reasoning_samples.checks import (
@@ -16,6 +19,7 @@ from eagle_assets.reasoning_samples.checks import (
     quality_check_result,
     truncation_check_result,
 )
+from eagle_assets.reasoning_samples.draft import DraftError, DraftSettings, speculating_server
 from eagle_assets.reasoning_samples.engine import ClientSettings, ServerUnavailable
 from eagle_assets.reasoning_samples.quality import QualityRules
 from eagle_assets.reasoning_samples.recipe import served_verifier
@@ -46,8 +50,8 @@ class SamplingVariantConfig(dg.Config):
         return SamplingVariant(self.name, self.share, self.temperature, self.top_p, dict(self.chat_template_kwargs))
 
 
-class ReasoningSamplesConfig(dg.Config):
-    """Launchpad settings of the `reasoning_samples` asset."""
+class ReasoningSamplesConfig(dg.Config, DraftSettings):
+    """Launchpad settings of the `reasoning_samples` asset (the draft's: `DraftSettings`)."""
 
     concurrency: int = Field(default=200, ge=1, description="Requests in flight at once (over all base URLs).")
     temperature: float = Field(default=0.6, ge=0.0, description="Sampling temperature.")
@@ -173,6 +177,8 @@ def _metadata(captured: CapturedPartition, settings: CaptureSettings) -> dict:
         "recipe_id": recipe.recipe_id,
         "recipe": dg.MetadataValue.json(recipe.as_dict()),
         "chat_template_hash": recipe.verifier.chat_template_hash or "none",
+        "draft": dg.MetadataValue.json(captured.draft.as_dict()) if captured.draft else "none",
+        "draft_rows": captured.draft_rows,
         "other_recipes": len(captured.other_recipes_rows),
         "other_recipes_rows": sum(captured.other_recipes_rows.values()),
         **captured.quality,
@@ -236,14 +242,15 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         (verifier, template, parser, sampling, variants, turns): `recipes/<recipe id>/`, named current
         by `current.json`. A re-materialization of the same recipe skips prompts (turns) that already
         have an ok sample and retries the errors; another verifier gets a set of its own, changed
-        sampling settings are refused unless `on_changed_settings: new_sample_set`.
+        sampling settings are refused unless `on_changed_settings: new_sample_set`. With a draft
+        (`draft_checkpoint` or `draft_training_run`) the server speculates with it (EAGLE-3, lossless): the
+        same samples, faster on a large verifier; each row records the draft, the recipe does not.
         Every sample is then given a quality class by the current rules (a quality file beside the
         shards; `eagle_assets.reasoning_samples.quality` says which class wins when several apply).
         """
         name = context.partition_key
         settings = config.capture_settings()
         folder = asset_folder(storage.root, REASONING_SAMPLES, name)
-        verifier_facts = served_verifier(vllm_server, verifier)
         client = ClientSettings(
             concurrency=config.concurrency,
             request_timeout_s=config.request_timeout_s,
@@ -251,20 +258,24 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             api_key=vllm_server.api_key(),
         )
         try:
+            checkpoints = asset_folder(storage.root, layout.EAGLE3_CHECKPOINT)
+            draft = config.draft(checkpoints, partial(latest_checkpoint, context.instance))
+            server = speculating_server(vllm_server, draft)
             captured = capture_partition(
                 prompts_file(storage.root, name),
                 folder,
                 name,
                 settings,
                 client,
-                lambda: vllm_server.serve(log=context.log),
+                lambda: server.serve(log=context.log),
                 context.log,
-                verifier=verifier_facts,
+                verifier=served_verifier(server, verifier),
                 on_changed_settings=config.on_changed_settings,
+                draft=draft,
             )
         except MissingPrompts as exc:
             raise dg.Failure(description=str(exc)) from None
-        except SettingsChanged as exc:
+        except (SettingsChanged, DraftError) as exc:
             raise dg.Failure(description=f"reasoning_samples[{name}]: {exc}") from None
         except (ServerUnavailable, VLLMServerError) as exc:
             raise dg.Failure(

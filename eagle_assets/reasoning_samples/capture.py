@@ -38,9 +38,11 @@ def capture(
     label: str = "reasoning_samples",
     transport: httpx.AsyncBaseTransport | None = None,
     recipe: str | None = None,
+    draft: str | None = None,
 ) -> CaptureReport:
     """Send ``requests`` and append one row per prompt (per turn of a conversation) to ``folder``'s shards,
-    each naming ``recipe`` (the sample set's recipe id; None outside a sample set).
+    each naming ``recipe`` (the sample set's recipe id; None outside a sample set) and ``draft`` (JSON of the
+    draft the server speculates with; None: none).
 
     Rows already finished stay on disk whatever happens (the writer is closed, i.e. flushed, on the
     way out of an exception too); a kill loses at most the rows buffered since the last shard.
@@ -48,7 +50,8 @@ def capture(
     engine = CaptureEngine(base_urls, sampling, settings, transport=transport)
     asks = sum(r.turns_left if isinstance(r, Conversation) else 1 for r in requests)
     progress = Progress(total=asks, label=label)
-    with ShardWriter(folder, rows_per_shard=rows_per_shard, max_age_s=flush_interval_s, recipe=recipe) as writer:
+    writer = ShardWriter(folder, rows_per_shard=rows_per_shard, max_age_s=flush_interval_s, recipe=recipe, draft=draft)
+    with writer:
 
         async def main() -> None:
             model, version = await engine.identify()

@@ -20,6 +20,7 @@ from eagle_assets.core.layout import SPLITS
 from eagle_assets.core.tables import table_version
 from eagle_assets.prompts.splits import MissingPrompts
 from eagle_assets.reasoning_samples.capture import CaptureReport, capture
+from eagle_assets.reasoning_samples.draft import Draft, check_draft_verifier
 from eagle_assets.reasoning_samples.engine import ClientSettings
 from eagle_assets.reasoning_samples.quality import QualityRules
 from eagle_assets.reasoning_samples.recipe import Recipe, ServedVerifier
@@ -81,6 +82,8 @@ class CapturedPartition:
     variant_ok_samples: dict[str, int]  # empty without variants
     error_examples: list[str]
     data_version: str  # content hash of the recipe id and the samples' VERSIONED_COLUMNS
+    draft: Draft | None = None  # the draft this capture's server speculated with
+    draft_rows: int = 0  # of the samples, those a speculating server answered (their ``draft`` is set)
 
 
 def read_prompts(path: Path, partition: str, splits: Sequence[str]) -> pa.Table:
@@ -148,6 +151,7 @@ def capture_partition(
     *,
     verifier: ServedVerifier,
     on_changed_settings: ChangedSettings = "refuse",
+    draft: Draft | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> CapturedPartition:
     """Capture a sample for every selected prompt (turn) of ``prompts_path`` without an ok one in the sample
@@ -156,16 +160,22 @@ def capture_partition(
     The set is opened (and made current) first: :class:`~.sample_sets.SettingsChanged` stops here, before
     anything is written, when ``on_changed_settings`` refuses a change. ``serve()`` is entered only when
     something is left to ask and yields the server's base URLs (its errors propagate; the rows finished
-    before them stay in the set). Every row of the set is then classified by ``settings.rules`` (its quality
-    file: token_sequences reads them all); the result holds the selected prompts' rows. ``transport``
-    replaces the HTTP client's (a test's scripted server).
+    before them stay in the set). ``draft`` is the draft that server speculates with: refused
+    (:class:`~.draft.DraftError`) before anything else when it was trained for another verifier, named by each
+    row captured (not part of the recipe: :mod:`.draft`). Every row of the set is then classified by
+    ``settings.rules`` (its quality file: token_sequences reads them all); the result holds the selected
+    prompts' rows. ``transport`` replaces the HTTP client's (a test's scripted server).
     """
+    if draft is not None:
+        check_draft_verifier(draft, verifier)
     prompts = read_prompts(prompts_path, partition, settings.splits)
     sample_set = open_sample_set(partition_folder, settings.recipe(verifier), on_changed_settings)
     folder, recipe_id = sample_set.folder, sample_set.recipe.recipe_id
     rows = list(zip(prompts["prompt_id"].to_pylist(), prompts["messages"].to_pylist(), prompts["split"].to_pylist()))
     todo, selected = pending_requests(rows, folder, settings)
     log.info(f"{partition}: sample set {folder} (recipe {recipe_id})")
+    if draft is not None:
+        log.info(f"{partition}: the server speculates with {draft.path} (K={draft.num_speculative_tokens})")
     _log_plan(log, partition, len(rows), selected, todo, settings)
 
     report: CaptureReport | None = None
@@ -186,6 +196,7 @@ def capture_partition(
                 label=f"reasoning_samples[{partition}]",
                 transport=transport,
                 recipe=recipe_id,
+                draft=draft.as_json() if draft is not None else None,
             )
         wall_s = time.monotonic() - started
 
@@ -211,4 +222,6 @@ def capture_partition(
         variant_ok_samples=variant_ok_samples(samples, settings.variants),
         error_examples=errors,
         data_version=combined_hash([recipe_id, table_version(samples, VERSIONED_COLUMNS)])[:16],
+        draft=draft,
+        draft_rows=samples.num_rows - samples["draft"].null_count,
     )

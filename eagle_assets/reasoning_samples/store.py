@@ -59,6 +59,7 @@ SCHEMA = pa.schema(
         ("prompt_id", pa.string()),
         ("turn", pa.int32()),  # which assistant turn this answers; LAST_TURN_ONLY for `turns: last` rows
         ("recipe", pa.string()),  # the generation recipe's id (.recipe): the sample set the row belongs to
+        ("draft", pa.string()),  # JSON of the draft that served the row (.draft), null: none
         ("split", pa.string()),
         ("status", pa.string()),  # "ok" | "error"
         ("error", pa.string()),
@@ -193,14 +194,22 @@ class ShardWriter:
     :meth:`flush_if_stale` (the capture's ticker, for quiet stretches) — so a kill loses at most
     ``max_age_s`` seconds of answered rows. Errors of the writer thread surface on the next call.
     ``recipe`` is the id every row records: the set's (None: rows outside a sample set, e.g. a benchmark's,
-    keep what they name).
+    keep what they name); ``draft`` the JSON of the draft the server speculated with (None: no draft).
     """
 
-    def __init__(self, folder: Path, rows_per_shard: int = 256, max_age_s: float = 60.0, recipe: str | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        rows_per_shard: int = 256,
+        max_age_s: float = 60.0,
+        recipe: str | None = None,
+        draft: str | None = None,
+    ):
         if rows_per_shard < 1:
             raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
         self.folder = Path(folder)
         self.recipe = recipe
+        self.draft = draft
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.folder)
         self.rows_per_shard = rows_per_shard
@@ -244,9 +253,10 @@ class ShardWriter:
         # A row that names no turn answers its conversation's last turn (a `turns: last` row).
         turn = SCHEMA.get_field_index("turn")
         table = table.set_column(turn, SCHEMA.field(turn), pc.fill_null(table["turn"], LAST_TURN_ONLY))
-        if self.recipe is not None:
-            recipe = SCHEMA.get_field_index("recipe")
-            table = table.set_column(recipe, SCHEMA.field(recipe), pa.array([self.recipe] * len(rows), pa.string()))
+        for name, value in (("recipe", self.recipe), ("draft", self.draft)):
+            if value is not None:
+                index = SCHEMA.get_field_index(name)
+                table = table.set_column(index, SCHEMA.field(index), pa.array([value] * len(rows), pa.string()))
         write_parquet(table, path)
         self.rows_written += len(rows)
         self.shards_written += 1
