@@ -15,59 +15,42 @@ same order, as one file after another.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import re
 import secrets
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from eagle_assets.core.files import file_sha256, hash_of_model_files
+from eagle_assets.core.files import hash_of_model_files
 from eagle_assets.core.layout import (
     EAGLE3_CHECKPOINT,
-    LINEAGE_DIGEST_FILE,
     LINEAGE_FILE,
-    LINEAGE_SIGNATURE_FILE,
     MODEL_FILES,
 )
+from eagle_assets.lineage.hashing import (
+    DEFAULT_WORKERS,
+    ProgressCallback,
+    artifact_changed,
+    hash_in_pool,
+    model_file,
+)
 from eagle_assets.lineage.record import (
-    DATA_VERSION_TAG,
-    LINEAGE_DIGEST_KEY,
     LineageError,
-    jsonable,
-    links_hash,
-    read_json,
     read_lineage,
-    signature_matches,
+)
+from eagle_assets.lineage.record_checks import (
+    Discrepancy,
+    checkpoint_problems,
+    record_problems,
+    signature_problem,
 )
 
 FULL, QUICK = "full", "quick"
-# Enough reads in flight to keep a network or RAID volume busy; hashing itself needs one thread per core.
-DEFAULT_WORKERS = min(32, 4 * (os.cpu_count() or 1))
 DEFAULT_SAMPLE = 32
-PROGRESS_INTERVAL_S = 0.1
-
-
-@dataclass(frozen=True)
-class Discrepancy:
-    """One stored artifact, or the lineage record itself, that no longer matches what was recorded."""
-
-    kind: str  # "changed" | "vanished" | "misnamed" | "unrecorded" | "signature"
-    path: str  # as recorded (relative to the storage root or the checkpoint)
-    where: Path  # the resolved file
-    asset: str
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.asset} {self.path} ({self.where})" + (f": {self.detail}" if self.detail else "")
 
 
 @dataclass
@@ -85,239 +68,6 @@ class Verification:
     seconds: float = 0.0
     against_instance: bool = False  # the record's sha256 was compared with the one Dagster recorded
     signature: str = "unchecked"  # "ok" | "missing" | "mismatch" | "unchecked" (no key given)
-
-
-@dataclass(frozen=True)
-class HashProgress:
-    """Where the hashing stands, for a progress display (see ``verify_lineage(progress=...)``)."""
-
-    files_done: int
-    files_total: int
-    bytes_done: int
-    bytes_total: int  # as recorded (or stat'ed): a file that changed size makes it approximate
-    seconds: float
-
-
-ProgressCallback = Callable[[HashProgress], None]
-
-
-def recorded_digest(
-    instance: dg.DagsterInstance, checkpoint_dir: Path, content_hash: str
-) -> tuple[str | None, str] | None:
-    """(recorded lineage sha256, run id) of the latest checkpoint materialization of this folder (same
-    path, or the same content hash as data version: a copied folder), or None when there is none."""
-    folder = checkpoint_dir.resolve()
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT)), limit=1000
-    ).records  # newest first
-    for record in records:
-        entry = record.event_log_entry
-        mat = entry.asset_materialization
-        path = jsonable((mat.metadata or {}).get("path"))
-        same_version = bool(content_hash) and (mat.tags or {}).get(DATA_VERSION_TAG) == content_hash[:16]
-        if same_version or (path and Path(path).resolve() == folder):
-            return jsonable((mat.metadata or {}).get(LINEAGE_DIGEST_KEY)), entry.run_id
-    return None
-
-
-def _record_problems(
-    folder: Path, instance: dg.DagsterInstance | None, content_hash: str | None, notes: list[str]
-) -> tuple[list[Discrepancy], bool]:
-    """The lineage record against its sha256 beside it and in the instance's materialization metadata;
-    and whether the instance had a record to compare with."""
-    record = folder / LINEAGE_FILE
-    actual = file_sha256(record)
-    problems = []
-    digest_file = folder / LINEAGE_DIGEST_FILE
-    if not digest_file.is_file():
-        problems.append(
-            Discrepancy(
-                "vanished",
-                LINEAGE_DIGEST_FILE,
-                digest_file,
-                "lineage",
-                "the record's sha256 is missing: lineage.json is unprotected",
-            )
-        )
-    elif digest_file.read_text().split()[:1] != [actual]:
-        problems.append(
-            Discrepancy(
-                "changed",
-                LINEAGE_FILE,
-                record,
-                "lineage",
-                f"sha256 {actual[:16]} differs from {LINEAGE_DIGEST_FILE}: edited since written",
-            )
-        )
-    if instance is None:
-        return problems, False
-    found = recorded_digest(instance, folder, content_hash or "")
-    if found is None:
-        notes.append(
-            f"the Dagster instance has no {EAGLE3_CHECKPOINT} materialization of {folder}: "
-            "checked against lineage.sha256 only"
-        )
-        return problems, False
-    if found[0] is None:
-        problems.append(
-            Discrepancy(
-                "unrecorded",
-                LINEAGE_FILE,
-                record,
-                "lineage",
-                f"run {found[1][:8]} recorded no {LINEAGE_DIGEST_KEY}",
-            )
-        )
-    elif found[0] != actual:
-        problems.append(
-            Discrepancy(
-                "changed",
-                LINEAGE_FILE,
-                record,
-                "lineage",
-                f"sha256 {actual[:16]} differs from the {LINEAGE_DIGEST_KEY} "
-                f"{found[0][:16]} Dagster recorded (run {found[1][:8]})",
-            )
-        )
-    return problems, True
-
-
-def _signature_problem(folder: Path, key: bytes) -> tuple[str, Discrepancy | None]:
-    """("ok" | "missing" | "mismatch", the problem) of lineage.sig under ``key``."""
-    matches = signature_matches(folder, key)
-    if matches:
-        return "ok", None
-    if matches is None:
-        detail = (
-            "missing while a key is given: the checkpoint was kept without a lineage key, or the file was "
-            "removed; to sign a record the Dagster instance confirms, run `eagle-assets lineage verify "
-            "CKPT --sign` with the key and $DAGSTER_HOME set"
-        )
-        return "missing", Discrepancy(
-            "signature", LINEAGE_SIGNATURE_FILE, folder / LINEAGE_SIGNATURE_FILE, "lineage", detail
-        )
-    detail = (
-        "does not match lineage.json under this key: the record changed after it was signed (restore it "
-        "from a trusted copy, or re-materialize the checkpoint), or it was signed with another key"
-    )
-    return "mismatch", Discrepancy(
-        "signature", LINEAGE_SIGNATURE_FILE, folder / LINEAGE_SIGNATURE_FILE, "lineage", detail
-    )
-
-
-def _checkpoint_problems(folder: Path, lineage: Mapping[str, Any], actual: str | None) -> list[Discrepancy]:
-    """The folder's content hash (``actual``, None when a model file is gone) against its name;
-    training.json against the record."""
-    if actual is None:
-        return []  # a weights or config file is gone: named as vanished with the checkpoint's files
-    problems = []
-    # Kept folders are named by their content hash (a changed weight file is named on its own below);
-    # a user's copy under another name is fine.
-    if re.fullmatch(r"[0-9a-f]{16}", folder.name) and folder.name != actual[:16]:
-        problems.append(
-            Discrepancy(
-                "misnamed",
-                ".",
-                folder,
-                EAGLE3_CHECKPOINT,
-                f"the folder is named {folder.name} but its content hash is {actual[:16]}",
-            )
-        )
-    training = read_json(folder / "training.json")
-    for key, value in training.items():
-        if json.dumps(lineage["training"].get(key), sort_keys=True) != json.dumps(value, sort_keys=True):
-            problems.append(
-                Discrepancy(
-                    "changed",
-                    f"training.{key}",
-                    folder / LINEAGE_FILE,
-                    "lineage",
-                    "differs from the checkpoint's training.json",
-                )
-            )
-    return problems
-
-
-def _artifact_changed(
-    where: Path, artifact: Mapping[str, Any], sha256: str | None = None
-) -> tuple[str | None, int | None]:
-    """("vanished" | "changed" | None (intact), bytes hashed or None) for one recorded artifact;
-    ``sha256``: the file's, where already computed."""
-    if "links" in artifact:
-        return ("changed" if not where.is_dir() or links_hash(where) != artifact["sha256"] else None), None
-    if not where.is_file():
-        return "vanished", None
-    if sha256:
-        return ("changed" if sha256 != artifact["sha256"] else None), None
-    size = where.stat().st_size
-    return ("changed" if file_sha256(where) != artifact["sha256"] else None), size
-
-
-def _model_file(path: Path) -> tuple[str | None, int | None]:
-    """(sha256, bytes) of one of the checkpoint's config and weights, (None, None) when it is gone."""
-    try:
-        size = path.stat().st_size
-        return file_sha256(path), size
-    except OSError:
-        return None, None
-
-
-class _Tally:
-    """Files and bytes done by the pool's workers, read by the calling thread for progress."""
-
-    def __init__(self, jobs: int) -> None:
-        self.lock = threading.Lock()
-        self.finished = threading.Event()
-        self.jobs, self.done, self.hashed_files, self.hashed_bytes = jobs, 0, 0, 0
-        if not jobs:
-            self.finished.set()
-
-    def count(self, hashed: int | None) -> None:
-        with self.lock:
-            self.done += 1
-            if hashed is not None:
-                self.hashed_files += 1
-                self.hashed_bytes += hashed
-            if self.done == self.jobs:
-                self.finished.set()
-
-
-def _run(
-    jobs: Sequence[Callable[[], tuple[Any, int | None]]],
-    expected_bytes: int,
-    workers: int,
-    progress: ProgressCallback | None,
-    started: float,
-) -> tuple[list[Any], _Tally]:
-    """Each job's result, in job order, run on ``workers`` threads; a job returns (result, bytes it hashed
-    or None). ``progress`` is called on this thread every PROGRESS_INTERVAL_S and once at the end."""
-    tally = _Tally(len(jobs))
-
-    def run(job: Callable[[], tuple[Any, int | None]]) -> Any:
-        hashed = None
-        try:
-            result, hashed = job()
-            return result
-        finally:
-            tally.count(hashed)
-
-    def report() -> None:
-        if progress is not None:
-            with tally.lock:
-                done, nbytes = tally.done, tally.hashed_bytes
-            progress(HashProgress(done, len(jobs), nbytes, expected_bytes, time.monotonic() - started))
-
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs))), thread_name_prefix="lineage-hash")
-    try:
-        futures = [pool.submit(run, job) for job in jobs]
-        while not tally.finished.wait(PROGRESS_INTERVAL_S if progress is not None else None):
-            report()
-        report()
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: stop after the files being read
-        raise
-    pool.shutdown(wait=True)
-    return [f.result() for f in futures], tally  # the first failure in entry order, as one by one would
 
 
 def _sized(artifact: Mapping[str, Any]) -> bool:
@@ -387,27 +137,27 @@ def verify_lineage(
                 kinds[i], details[i] = "changed", f"{size} bytes, recorded {artifact['bytes']}"
     pooled = [i for i, entry in enumerate(entries) if not entry[3] and i not in settled]
     model_paths = [folder / name for name in MODEL_FILES]
-    jobs: list[Callable[[], tuple[Any, int | None]]] = [lambda p=p: _model_file(p) for p in model_paths]
-    jobs += [lambda e=entries[i]: _artifact_changed(e[0], e[1]) for i in pooled]
+    jobs: list[Callable[[], tuple[Any, int | None]]] = [lambda p=p: model_file(p) for p in model_paths]
+    jobs += [lambda e=entries[i]: artifact_changed(e[0], e[1]) for i in pooled]
     expected = sum(p.stat().st_size for p in model_paths if p.is_file())
     expected += sum(_recorded_size(entries[i][1]) for i in pooled if "links" not in entries[i][1])
-    results, tally = _run(jobs, expected, workers, progress, started)
+    results, tally = hash_in_pool(jobs, expected, workers, progress, started)
 
     model_hashes = {p.name: sha for p, sha in zip(model_paths, results[: len(model_paths)]) if sha is not None}
     for i, kind in zip(pooled, results[len(model_paths) :]):
         kinds[i] = kind
     for i, (where, artifact, _, model) in enumerate(entries):
         if model:
-            kinds[i], hashed = _artifact_changed(where, artifact, model_hashes.get(artifact["path"]))
+            kinds[i], hashed = artifact_changed(where, artifact, model_hashes.get(artifact["path"]))
             if hashed is not None:  # the file appeared after the pool found it gone
                 tally.count(hashed)
 
     notes: list[str] = []
     content_hash = hash_of_model_files(model_hashes) if len(model_hashes) == len(MODEL_FILES) else None
-    problems, against_instance = _record_problems(folder, instance, content_hash, notes)
+    problems, against_instance = record_problems(folder, instance, content_hash, notes)
     signature = "unchecked"
     if key is not None:
-        signature, problem = _signature_problem(folder, key)
+        signature, problem = signature_problem(folder, key)
         problems += [problem] if problem else []
     result = Verification(
         0,
@@ -424,7 +174,7 @@ def verify_lineage(
             raise unreadable
         problems.append(Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage", str(unreadable)))
     else:
-        problems += _checkpoint_problems(folder, lineage, content_hash)
+        problems += checkpoint_problems(folder, lineage, content_hash)
         problems += [
             Discrepancy(kind, artifact["path"], where, asset, detail)
             for (where, artifact, asset, _), kind, detail in zip(entries, kinds, details)

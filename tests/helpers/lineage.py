@@ -56,8 +56,9 @@ def weight_reads(monkeypatch) -> list[Path]:
     """Every hashing of a ``model.safetensors`` from now on, by the modules that hash checkpoint files."""
     import eagle_assets.core.files
     import eagle_assets.lineage.collect
+    import eagle_assets.lineage.hashing
     import eagle_assets.lineage.record
-    import eagle_assets.lineage.verify
+    import eagle_assets.lineage.record_checks
 
     reads = []
 
@@ -66,7 +67,12 @@ def weight_reads(monkeypatch) -> list[Path]:
             reads.append(Path(path))
         return file_sha256(path)
 
-    lineage = (eagle_assets.lineage.collect, eagle_assets.lineage.record, eagle_assets.lineage.verify)
+    lineage = (
+        eagle_assets.lineage.collect,
+        eagle_assets.lineage.hashing,
+        eagle_assets.lineage.record,
+        eagle_assets.lineage.record_checks,
+    )
     for module in (*lineage, eagle_assets.core.files):
         monkeypatch.setattr(module, "file_sha256", counting)
     return reads

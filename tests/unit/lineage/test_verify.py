@@ -27,7 +27,8 @@ from eagle_assets.lineage.record import (
     links_entry,
     write_lineage,
 )
-from eagle_assets.lineage.verify import Discrepancy, verify_lineage
+from eagle_assets.lineage.record_checks import Discrepancy
+from eagle_assets.lineage.verify import verify_lineage
 from tests.helpers.lineage import weight_reads
 
 runner = CliRunner()
