@@ -14,11 +14,13 @@ import pyarrow as pa
 from eagle_assets.core.files import combined_hash, write_json, write_parquet
 from eagle_assets.core.layout import EVAL_REPORT_FILE, EVAL_REQUESTS_FILE, EVAL_TRACE_PLOT_FILE, GREEDY_OUTPUTS_FILE
 from eagle_assets.eagle3_eval.evaluate import Evaluation, evaluate
-from eagle_assets.eagle3_eval.per_request import AGREEMENT, SuiteSummary, request_row, requests_table, summarize
+from eagle_assets.eagle3_eval.per_request import AGREEMENT
 from eagle_assets.eagle3_eval.plan import EvalPlan
 from eagle_assets.eagle3_eval.plot import plot_tau_along_trace
+from eagle_assets.eagle3_eval.request_rows import request_row, requests_table
 from eagle_assets.eagle3_eval.served import ServedRun
 from eagle_assets.eagle3_eval.suite_sets import HELDOUT_SUITE, OOD_SUITE, SuiteSet
+from eagle_assets.eagle3_eval.suite_summary import SuiteSummary, summarize
 from eagle_assets.eagle3_eval.sweep import Sweep
 from eagle_assets.resources import Verifier, VLLMServer
 

@@ -39,7 +39,7 @@ from eagle_assets.eagle3_checkpoint.asset import checkpoint_of
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
 from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table
-from eagle_assets.eagle3_eval.per_request import AGREEMENT, summary_table
+from eagle_assets.eagle3_eval.per_request import AGREEMENT
 from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,
     check_checkpoint,
@@ -57,6 +57,7 @@ from eagle_assets.eagle3_eval.suite_sets import (
     dataset_set,
     registered_sets,
 )
+from eagle_assets.eagle3_eval.suite_summary import summary_table
 from eagle_assets.plugin_manager import dataset_sources, eval_suites
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 

@@ -15,14 +15,10 @@ in order). A step counts in the position bin, and on the thinking or the answer 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-
-from eagle_assets.reasoning_samples.quality import ThinkMarkers, thinking_span
 
 # Output-position bins (token index in the generated sequence): [start, end); the last bin is open-ended.
 POSITION_EDGES = (0, 512, 1024, 2048, 4096, 8192)
@@ -31,34 +27,6 @@ CI_LEVEL = 0.95
 WORST_PROMPTS = 5
 # The per-request τ and the counters' τ must agree this closely (relative); they count the same steps.
 AGREEMENT = 0.01
-
-REQUESTS_SCHEMA = pa.schema(
-    [
-        ("suite", pa.string()),  # the prompt set's label (metadata key prefix)
-        ("suite_name", pa.string()),
-        ("suite_version", pa.string()),
-        ("category", pa.string()),
-        ("prompt_id", pa.string()),
-        ("turn", pa.int32()),  # -1: a single-turn request; k: turn k of a conversation
-        ("variant", pa.string()),
-        ("num_speculative_tokens", pa.int32()),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("finish_reason", pa.string()),
-        ("prompt_tokens", pa.int32()),
-        ("completion_tokens", pa.int32()),
-        ("answer_start", pa.int32()),  # output index where the answer begins (after the end-of-thinking token)
-        ("spec_steps", pa.int32()),
-        ("draft_tokens", pa.int32()),
-        ("accepted_tokens", pa.int32()),
-        ("acceptance_histogram", pa.list_(pa.int32())),  # verify steps that accepted exactly j draft tokens
-        ("per_step_accepted", pa.list_(pa.int16())),
-        ("per_step_drafted", pa.list_(pa.int16())),
-        ("tau", pa.float64()),
-        ("latency_s", pa.float64()),
-        ("server_tokens_per_s", pa.float64()),
-    ]
-)
 
 
 def _kilo(tokens: int) -> str:
@@ -73,73 +41,6 @@ def bin_label(start: int, end: int | None) -> str:
 def bin_key(start: int, end: int | None) -> str:
     """The metadata key part of a bin: ``tokens_0_512``, ``tokens_512_1k``, ``tokens_8k_up``."""
     return f"tokens_{_kilo(start).lower()}_" + ("up" if end is None else _kilo(end).lower())
-
-
-def answer_start(prompt_ids, token_ids, markers: ThinkMarkers | None) -> int | None:
-    """Where the answer begins in ``token_ids``: after the end-of-thinking token (all of it when the thinking
-    never ended), 0 when the output has no thinking; None when the markers or the tokens are unknown."""
-    if markers is None or token_ids is None or prompt_ids is None:
-        return None
-    token_ids = list(token_ids)
-    if thinking_span(prompt_ids, token_ids, markers).tokens is None:
-        return 0
-    return token_ids.index(markers.end) + 1 if markers.end in token_ids else len(token_ids)
-
-
-def request_row(
-    capture: dict,
-    *,
-    suite: str,
-    suite_name: str,
-    suite_version: str,
-    category: str,
-    num_speculative_tokens: int,
-    markers: ThinkMarkers | None,
-) -> dict:
-    """One row of ``requests.parquet`` from a served capture row (its ``spec_decoding``, from the response)."""
-    spec = capture.get("spec_decoding") or {}
-    steps = spec.get("num_spec_steps")
-    accepted = spec.get("num_accepted_draft_tokens")
-    sampling = capture.get("sampling") or ""
-    timing = capture.get("server_metrics") or {}
-    return {
-        "suite": suite,
-        "suite_name": suite_name,
-        "suite_version": suite_version,
-        "category": category,
-        "prompt_id": capture["prompt_id"],
-        "turn": capture.get("turn", -1),
-        "variant": _variant(sampling),
-        "num_speculative_tokens": num_speculative_tokens,
-        "status": capture["status"],
-        "error": capture.get("error"),
-        "finish_reason": capture.get("finish_reason"),
-        "prompt_tokens": capture.get("prompt_tokens"),
-        "completion_tokens": capture.get("completion_tokens"),
-        "answer_start": answer_start(capture.get("prompt_token_ids"), capture.get("token_ids"), markers),
-        "spec_steps": steps,
-        "draft_tokens": spec.get("num_draft_tokens"),
-        "accepted_tokens": accepted,
-        "acceptance_histogram": spec.get("acceptance_histogram"),
-        "per_step_accepted": spec.get("per_step_accepted"),
-        "per_step_drafted": spec.get("per_step_drafted"),
-        "tau": 1.0 + accepted / steps if steps else None,
-        "latency_s": capture.get("latency_s"),
-        "server_tokens_per_s": timing.get("tokens_per_second"),
-    }
-
-
-def _variant(sampling: str) -> str | None:
-    import json
-
-    try:
-        return json.loads(sampling).get("variant") if sampling else None
-    except (ValueError, AttributeError):
-        return None
-
-
-def requests_table(rows: Sequence[dict]) -> pa.Table:
-    return pa.Table.from_pylist(list(rows), schema=REQUESTS_SCHEMA)
 
 
 @dataclass
@@ -235,7 +136,7 @@ def thinking_and_answer(rows: Iterable[dict]) -> tuple[Tally, Tally]:
     return thinking, answer
 
 
-def _by_prompt(rows: Iterable[dict]) -> dict[str, Tally]:
+def by_prompt(rows: Iterable[dict]) -> dict[str, Tally]:
     """One tally per prompt (a conversation's turns together: they share the prompt and its context)."""
     prompts: dict[str, Tally] = {}
     for r in measured(rows):
@@ -248,7 +149,7 @@ def bootstrap_ci(
 ) -> tuple[float, float] | None:
     """A percentile bootstrap interval of τ over prompts: prompts drawn with replacement, τ of each draw
     summed as the suite's τ is. Seeded, so the same rows give the same interval."""
-    prompts = [t for t in _by_prompt(rows).values() if t.steps]
+    prompts = [t for t in by_prompt(rows).values() if t.steps]
     if not prompts:
         return None
     steps = np.array([t.steps for t in prompts], dtype=np.float64)
@@ -272,7 +173,7 @@ def worst_prompts(rows: Sequence[dict], count: int = WORST_PROMPTS) -> list[Prom
     """The prompts with the lowest τ (the most steps first among equals): where the draft fails."""
     categories = {r["prompt_id"]: r["category"] for r in rows}
     ranked = sorted(
-        (PromptTau(pid, categories[pid], t.tau, t.steps) for pid, t in _by_prompt(rows).items() if t.steps),
+        (PromptTau(pid, categories[pid], t.tau, t.steps) for pid, t in by_prompt(rows).items() if t.steps),
         key=lambda p: (p.tau, -p.steps, p.prompt_id),
     )
     return ranked[:count]
@@ -284,132 +185,3 @@ def counter_agreement(per_request: Tally, drafts: float, accepted: float) -> flo
         return None
     counter_tau = 1.0 + accepted / drafts
     return abs(per_request.tau - counter_tau) / counter_tau
-
-
-@dataclass
-class SuiteSummary:
-    """What one prompt set's per-request rows say."""
-
-    label: str
-    k: int
-    rows: list[dict]
-    tally: Tally
-    ci: tuple[float, float] | None
-    per_position: list[float]
-    bins: list[PositionBin]
-    thinking: Tally
-    answer: Tally
-    categories: dict[str, tuple[int, Tally, tuple[float, float] | None]]  # category -> (prompts, tally, CI)
-    worst: list[PromptTau]
-    agreement: float | None  # relative difference to the counters' τ
-    missing: int = 0  # ok requests the server sent no statistics for
-    notes: list[str] = field(default_factory=list)
-
-    def numbers(self) -> dict[str, float | int]:
-        """Flat numbers, keys relative to the set's label."""
-        if not self.tally.steps:
-            return {"requests_with_metrics": 0, "requests_without_metrics": self.missing}
-        out: dict[str, float | int] = {
-            "tau_per_request": round(self.tally.tau, 4),
-            "requests_with_metrics": len(measured(self.rows)),
-            "requests_without_metrics": self.missing,
-            "spec_steps": self.tally.steps,
-        }
-        if self.ci is not None:
-            out["tau_ci_low"], out["tau_ci_high"] = round(self.ci[0], 4), round(self.ci[1], 4)
-        if self.agreement is not None:
-            out["tau_vs_counters"] = round(self.agreement, 6)
-        for side, part in (("thinking", self.thinking), ("answer", self.answer)):
-            if part.steps:
-                out[f"tau_{side}"] = round(part.tau, 4)
-                out[f"steps_{side}"] = part.steps
-        for position in self.bins:
-            if position.tally.steps:
-                out[f"tau_{position.key}"] = round(position.tally.tau, 4)
-                out[f"steps_{position.key}"] = position.tally.steps
-        return out
-
-    def detail(self) -> dict:
-        """The report's record: categories, bins, worst prompts."""
-        return {
-            "categories": {
-                name: {"prompts": prompts, "steps": t.steps, "tau": t.tau, "ci": list(ci) if ci else None}
-                for name, (prompts, t, ci) in self.categories.items()
-            },
-            "per_position": self.per_position,
-            "position_bins": [
-                {"tokens": b.label, "start": b.start, "end": b.end, "steps": b.tally.steps, "tau": b.tally.tau}
-                for b in self.bins
-            ],
-            "thinking": {"steps": self.thinking.steps, "tau": self.thinking.tau},
-            "answer": {"steps": self.answer.steps, "tau": self.answer.tau},
-            "worst_prompts": [vars(p) for p in self.worst],
-        }
-
-    @property
-    def seen_bins(self) -> list[PositionBin]:
-        return [b for b in self.bins if b.tally.steps]
-
-
-def summarize(label: str, rows: Sequence[dict], k: int, drafts: float, accepted: float) -> SuiteSummary:
-    """The per-request numbers of one prompt set's rows, with the counters' drafts and accepted tokens of
-    the same requests for the cross-check."""
-    ok = [r for r in rows if r["status"] == "ok"]
-    total = tally(rows)
-    categories = {}
-    for name in sorted({r["category"] for r in measured(rows)}):
-        mine = [r for r in rows if r["category"] == name]
-        categories[name] = (len(_by_prompt(mine)), tally(mine), bootstrap_ci(mine))
-    thinking, answer = thinking_and_answer(rows)
-    return SuiteSummary(
-        label=label,
-        k=k,
-        rows=list(rows),
-        tally=total,
-        ci=bootstrap_ci(rows),
-        per_position=per_position(rows, k),
-        bins=position_bins(rows),
-        thinking=thinking,
-        answer=answer,
-        categories=categories,
-        worst=worst_prompts(rows),
-        agreement=counter_agreement(total, drafts, accepted),
-        missing=len(ok) - len(measured(rows)),
-    )
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def _ci(ci: tuple[float, float] | None) -> str:
-    return "—" if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f}"
-
-
-def summary_table(summary: SuiteSummary, counter_tau: float | None) -> str:
-    """A Markdown table of one prompt set: τ per category with its 95% CI, per position, along the output,
-    thinking vs answer, the worst prompts, and the counters' τ beside the per-request one."""
-    s = summary
-    lines = [
-        f"**{s.label}**: τ {_fmt(s.tally.tau)} (95% CI {_ci(s.ci)}) over {s.tally.steps} verify steps; "
-        f"counters τ {_fmt(counter_tau)}; thinking τ {_fmt(s.thinking.tau)}, answer τ {_fmt(s.answer.tau)}",
-        "",
-        "| category | prompts | steps | τ | 95% CI |",
-        "|---|---|---|---|---|",
-        f"| all | {len(_by_prompt(s.rows))} | {s.tally.steps} | {_fmt(s.tally.tau)} | {_ci(s.ci)} |",
-        *(
-            f"| {name} | {prompts} | {t.steps} | {_fmt(t.tau)} | {_ci(ci)} |"
-            for name, (prompts, t, ci) in s.categories.items()
-        ),
-        "",
-        "| output tokens | steps | τ |",
-        "|---|---|---|",
-        *(f"| {b.label} | {b.tally.steps} | {_fmt(b.tally.tau)} |" for b in s.bins),
-        "",
-        "per position 1..K: " + " / ".join(f"{p:.3f}" for p in s.per_position),
-    ]
-    if s.worst:
-        lines += ["", "worst prompts: " + ", ".join(f"{p.prompt_id} τ {p.tau:.3f} ({p.steps} steps)" for p in s.worst)]
-    if s.missing:
-        lines += ["", f"{s.missing} requests came back without per-request statistics"]
-    return "\n".join(lines)

@@ -12,23 +12,20 @@ import pytest
 from eagle_assets.eagle3_eval.per_request import (
     AGREEMENT,
     POSITION_EDGES,
-    answer_start,
     bin_key,
     bin_label,
     bootstrap_ci,
     counter_agreement,
     per_position,
     position_bins,
-    request_row,
-    requests_table,
     step_starts,
-    summarize,
-    summary_table,
     tally,
     thinking_and_answer,
     worst_prompts,
 )
+from eagle_assets.eagle3_eval.request_rows import answer_start, request_row, requests_table
 from eagle_assets.eagle3_eval.served import response_metrics
+from eagle_assets.eagle3_eval.suite_summary import summarize, summary_table
 from eagle_assets.reasoning_samples.parsing import parse_completion
 from eagle_assets.reasoning_samples.quality import ThinkMarkers
 
