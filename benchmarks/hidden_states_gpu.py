@@ -8,14 +8,20 @@ The verifier is built from the Llama-3.1-8B config with random bf16 weights (not
 the captured layers are EAGLE-3's defaults [2, 16, 29] plus the pre-norm final state. Rows have mixed
 random lengths (``--lengths``), so the extractor's length bucketing and padding are exercised. Both paths
 write every sample the way the ``hidden_states`` asset does (safetensors, sha256, fsync, atomic rename;
-files are deleted right after so the disk does not fill). The two paths alternate, ``--repeats`` times.
+files are deleted right after so the disk does not fill). The paths alternate, ``--repeats`` times.
 
 Before timing, both paths extract the same mixed-length rows and their tensors are compared (the naive
 loop's last state is transformers' post-norm one, so the extractor's pre-norm final state is passed through
 the model's final norm first); the script exits 1 if they differ beyond bf16 tolerance.
 Printed: tokens/s of both (median and spread over repeats), model FLOP utilisation against a bf16 matmul
-peak measured in this job and against the GPU's dense bf16 datasheet figure, the forward-only ceiling,
-and the ratio against the naive per-sample ``output_hidden_states=True`` loop.
+peak measured in this job and against the GPU's dense bf16 datasheet figure, and the ratio against the
+naive per-sample ``output_hidden_states=True`` loop.
+
+The ceiling is the model's forward pass over the *same rows*, bucketed and padded as the extractor does,
+with nothing captured or written (``forward``), timed in every repeat beside the extractor, and so is the
+extractor with a sink that keeps nothing (``capture``: hooks and device-to-host copies, no hashing or
+writes). ``extract_vs_forward_ratio`` = median extractor tok/s / median forward tok/s;
+``capture_vs_forward_ratio`` splits the gap between the capture and copies and the writes.
 
 ``--dtype fp8`` adds a third path to every repeat: the same extractor storing hs-connectors' FP8 format
 (quantized on the device, half the bytes copied and written). Its dequantized tensors are compared with the
@@ -57,8 +63,9 @@ def _import_project() -> None:
 
 _import_project()
 
+from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.hidden_states.files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
-from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor  # noqa: E402
+from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor, bucket_batches  # noqa: E402
 
 LLAMA_31_8B = dict(
     vocab_size=128256,
@@ -94,20 +101,6 @@ TINY = dict(
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def matmul_peak(device: str, dtype, n: int, iters: int) -> float:
-    """Measured FLOP/s of one square matmul, the denominator of the utilisation."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    sync(device)
-    return 2 * n**3 * iters / (time.perf_counter() - start)
 
 
 def random_model(config, device: str, dtype):
@@ -213,17 +206,24 @@ def naive_loop(model, sequences, layer_ids, sink, device) -> None:
             sink(SampleTensors(key, states, torch.tensor(ids, dtype=torch.int64)))
 
 
-def forward_only(model, sequences, batch, device) -> float:
+def forward_same_rows(model, sequences, batch_tokens: int, device: str) -> None:
+    """The baseline: the model's forward over the extractor's own batches (the same length buckets,
+    the same padding, ids copied the same way), with nothing captured, copied back or written."""
+    lengths = [len(ids) for _, ids in sequences]
     with torch.inference_mode():
-        ids = torch.tensor([s for _, s in sequences[:batch]], device=device)
-        model(input_ids=ids, use_cache=False)
-        sync(device)
-        start = time.perf_counter()
-        reps = 3
-        for _ in range(reps):
+        for batch in bucket_batches(lengths, batch_tokens):
+            ids = torch.zeros((len(batch), lengths[batch[0]]), dtype=torch.long)
+            for b, i in enumerate(batch):
+                ids[b, : lengths[i]] = torch.tensor(sequences[i][1])
+            ids = ids.pin_memory().to(device, non_blocking=True) if device == "cuda" else ids
             model(input_ids=ids, use_cache=False)
-        sync(device)
-    return reps * ids.numel() / (time.perf_counter() - start)
+
+
+class NullSink:
+    """Takes every sample and keeps nothing: the extractor's capture and device-to-host copies alone."""
+
+    def __call__(self, sample) -> None:
+        pass
 
 
 def spread(values) -> float:
@@ -312,11 +312,8 @@ def main() -> None:
         print(f"fp8 min_token_cosine vs bf16: {fp8_cosine:.5f}", flush=True)
     fp8_rates, fp8_bytes_per_token = [], []
 
-    uniform = [(k, ids[:low]) for k, ids in timed_sets[0]]  # forward-only ceiling at the shortest length
-    fwd = forward_only(model, uniform, max(1, batch_tokens // low), device)
-    fwd_flops_per_token = row_flops(model, config, low) / low
-
     fast_rates, naive_rates, fast_mfu, naive_mfu, written_rates, bytes_per_token = [], [], [], [], [], []
+    forward_rates, forward_mfu, capture_rates = [], [], []
     for repeat, timed_rows in enumerate(timed_sets):
         tokens = sum(len(ids) for _, ids in timed_rows)
         flops = sum(row_flops(model, config, len(ids)) for _, ids in timed_rows)
@@ -337,10 +334,24 @@ def main() -> None:
             fp8_bytes_per_token.append(sum(w.bytes for w in fp8_sink.written.values()) / tokens)
             print(f"repeat {repeat + 1}: extract fp8 {fp8_rates[-1]:.0f} tok/s", flush=True)
 
-        # bf16 and fp8 take turns going first, so neither always meets a cold or a warm machine.
-        order = [bf16_run] if fp8_extractor is None else [bf16_run, fp8_run][:: 1 if repeat % 2 == 0 else -1]
-        for run in order:
+        def forward_run():
+            seconds = timed(lambda: forward_same_rows(model, timed_rows, batch_tokens, device), device)
+            forward_rates.append(tokens / seconds)
+            forward_mfu.append(flops / seconds)
+
+        def capture_run():
+            seconds = timed(lambda: extractor.run(timed_rows, NullSink()), device)
+            capture_rates.append(tokens / seconds)
+
+        # The paths take turns going first (rotating order), so none always meets a cold or a warm machine.
+        order = [forward_run, bf16_run, capture_run] + ([fp8_run] if fp8_extractor is not None else [])
+        for run in order[repeat % len(order) :] + order[: repeat % len(order)]:
             run()
+        print(
+            f"repeat {repeat + 1}: forward on the same rows {forward_rates[-1]:.0f} tok/s, capture without "
+            f"writes {capture_rates[-1]:.0f} tok/s",
+            flush=True,
+        )
         naive_rows = timed_rows[:naive_samples]
         naive_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
         naive_s = timed(lambda: naive_loop(model, naive_rows, layer_ids, naive_sink, device), device)
@@ -363,8 +374,14 @@ def main() -> None:
         "measured_peak_tflops": round(peak / 1e12, 1),
         "datasheet_peak_tflops": round(datasheet / 1e12, 1) if datasheet else None,
         **equivalence,
-        "forward_only_tok_s": round(fwd),
-        "forward_only_mfu_measured": round(fwd * fwd_flops_per_token / peak, 3),
+        "forward_same_rows_tok_s": round(med(forward_rates)),
+        "forward_same_rows_runs_tok_s": [round(r) for r in forward_rates],
+        "forward_same_rows_mfu_measured": round(med(forward_mfu) / peak, 3),
+        "capture_no_writes_tok_s": round(med(capture_rates)),
+        "capture_no_writes_runs_tok_s": [round(r) for r in capture_rates],
+        "capture_vs_forward_ratio": round(med(capture_rates) / med(forward_rates), 3),
+        "extract_vs_forward_ratio": round(med(fast_rates) / med(forward_rates), 3),
+        "extract_vs_forward_per_repeat": [round(e / f, 3) for e, f in zip(fast_rates, forward_rates)],
         "extract_tok_s": round(med(fast_rates)),
         "extract_tok_s_spread": round(spread(fast_rates), 3),
         "extract_runs_tok_s": [round(r) for r in fast_rates],
@@ -392,7 +409,14 @@ def main() -> None:
         result["extract_mfu_datasheet"] = round(med(fast_mfu) / datasheet, 3)
         result["naive_mfu_datasheet"] = round(med(naive_mfu) / datasheet, 3)
     for key, value in result.items():
-        print(f"{key:>28}: {value}")
+        print(f"{key:>30}: {value}")
+    print(
+        f"result shape={result['shape']} rows={low}-{high} batch_tokens={batch_tokens} "
+        f"extract_vs_forward_ratio={result['extract_vs_forward_ratio']} "
+        f"capture_vs_forward_ratio={result['capture_vs_forward_ratio']} extract_tok_s={result['extract_tok_s']} "
+        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']}",
+        flush=True,
+    )
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}_{args.dtype}.json").write_text(
             json.dumps(result, indent=2)

@@ -1,15 +1,17 @@
 """Draft-training throughput: this project's training path vs the ``speculators train`` CLI, same data, same job.
 
-    python benchmarks/train_gpu.py            # one GPU: 8B-shaped verifier (Llama-3.1-8B config)
-    python benchmarks/train_gpu.py --tiny     # CPU smoke run of our path at a tiny shape (stock
-                                              # speculators cannot train on CPU: no baseline there)
+    python benchmarks/train_gpu.py --shape llama-3.1-8b   # one GPU (also: --shape kimi-k2.5)
+    python benchmarks/train_gpu.py --shape tiny-kimi      # CPU smoke run of our path at a tiny shape (stock
+                                                          # speculators cannot train on CPU: no baseline there)
 
 The verifier folder holds only ``config.json`` and a ``model.safetensors`` with random
 ``model.embed_tokens.weight``, ``lm_head.weight`` and ``model.norm.weight`` (all speculators reads);
 random bf16 hidden states for aux layers [2, 16, 29] + the final layer are written in the storage layout
-of the ``hidden_states`` asset. Every run trains a 1-layer EAGLE-3 draft (draft vocab 32000, ttt 3,
-8192-token packed rows, Muon, lr 1e-3, seed 0) on the same training folder, and every run records its
-metrics every 10th step:
+of the ``hidden_states`` asset. ``--shape`` picks the verifier (:mod:`benchmarks.draft_shapes`: Llama-3.1-8B,
+Kimi-K2.5's text model, or a tiny stand-in of either), its captured layers, and the draft vocabulary and
+packed row length the project's training defaults resolve to for it (32000 and 9216 for both large
+presets). Every run trains a 1-layer EAGLE-3 draft (ttt 3, Muon, lr 1e-3, seed 0) on the same training
+folder, and every run records its metrics every 10th step:
 
 - ``ours``: the ``eagle3_checkpoint`` asset's command (:mod:`eagle_assets.eagle3_checkpoint.trainer`): speculators'
   trainer with one loader worker per spare CPU core (15 on a 16-core H200 host) whose large buffers stay
@@ -35,7 +37,7 @@ callable under torch.compile
   ``fp8`` backend and kept FP8 until the training device dequantizes each batch
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`); \
 ``fp8_train_throughput_ratio`` = median(ours-fp8) /
-  median(ours). ``--tiny --fp8-features`` trains both once on CPU and prints the same ratio.
+  median(ours). ``--shape tiny --fp8-features`` trains both once on CPU and prints the same ratio.
 
 The variants run one after another in a rotating order (repeat 1: A B C, repeat 2: B C A, ...),
 ``--repeats`` times. Throughput = trained tokens (the sampler's packed batches, after EAGLE-3's one-token
@@ -49,9 +51,14 @@ start to "epoch 1 started": imports, verifier head and data loads) is reported a
 setting of every side, each run's tokens/s, per variant the median and spread (max-min)/median, and
 ``train_throughput_ratio`` = median(ours) / median(speculators) (plus the same-workers ratio).
 
-Sizes: rows of 1536-2048 tokens; only ``--distinct-rows`` of them are different tensor files (the rest
-repeat them under their own prompt ids), so writing the data costs seconds; everything is flushed to
-disk before training and read from the page cache by every run alike.
+The last line, ``result shape=<preset> ...``, carries the headline figures: ``train_throughput_ratio_span``
+(the span rates' ratio) before ``train_throughput_ratio`` (the timed epochs'), ``gpu_bound_fraction`` (and its
+span twin), and ``mfu`` = ours' median rate x the draft's matmul FLOPs per token
+(:func:`benchmarks.draft_shapes.train_flops_per_token`) / the bf16 matmul peak measured in the job.
+
+Sizes: rows of ``--seq-len`` tokens (default 1536-2048); only ``--distinct-rows`` of them are different
+tensor files (the rest repeat them under their own prompt ids), so writing the data costs seconds;
+everything is flushed to disk before training and read from the page cache by every run alike.
 """
 
 from __future__ import annotations
@@ -72,6 +79,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
+from benchmarks.draft_shapes import PRESETS, layer_ids, resolved_sizes, train_flops_per_token  # noqa: E402
+from benchmarks.draft_shapes import verifier_config as preset_config  # noqa: E402
+from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
@@ -79,39 +89,6 @@ from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # 
 from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
 from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 
-LLAMA_31_8B = dict(
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    rope_parameters={
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-    tie_word_embeddings=False,
-    bos_token_id=128000,
-    eos_token_id=128001,
-)
-TINY = dict(
-    vocab_size=512,
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=8,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    max_position_embeddings=4096,
-    tie_word_embeddings=False,
-    eos_token_id=1,
-)
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
 
 
@@ -185,7 +162,7 @@ def variant_commands(
     vocab,
     verifier: Path,
     layer_ids: list[int],
-    shape: dict,
+    mask_token_id: int,
     workers: int,
     fp8=None,
     probe_args: tuple[str, ...] = (),
@@ -232,7 +209,7 @@ def variant_commands(
             "--target-layer-ids",
             *map(str, layer_ids[:-1]),
             "--mask-token-id",
-            str(shape["eos_token_id"]),
+            str(mask_token_id),
             "--seed",
             str(settings.seed),
             "--lr",
@@ -299,9 +276,40 @@ def probe_run(name: str, command: list[str], save: Path, loss: str) -> tuple[flo
     return log.rates[loss], log.probing - log.created, log
 
 
+def result_line(args, total_seq_len, draft_vocab, rates, span_rates, flops_per_token, peak) -> str:
+    """The headline: span ratio first (nothing can hide between timed epochs), the timed-epoch ratio
+    beside it, ours against the GPU-bound step rate, and ours' MFU over the measured peak."""
+    med = statistics.median
+    fields = [
+        f"result shape={args.shape}",
+        f"row_tokens={args.seq_len[0]}-{args.seq_len[1]}",
+        f"total_seq_len={total_seq_len}",
+        f"draft_vocab={draft_vocab}",
+    ]
+    ours, ours_span = rates.get("ours"), span_rates.get("ours")
+    if ours and span_rates.get("speculators"):
+        fields.append(f"train_throughput_ratio_span={med(ours_span) / med(span_rates['speculators']):.3f}")
+    if ours and rates.get("speculators"):
+        fields.append(f"train_throughput_ratio={med(ours) / med(rates['speculators']):.3f}")
+    if ours and rates.get("gpu-bound"):
+        fields.append(f"gpu_bound_fraction={med(ours) / med(rates['gpu-bound']):.3f}")
+        fields.append(f"gpu_bound_fraction_span={med(ours_span) / med(rates['gpu-bound']):.3f}")
+        fields.append(f"gpu_bound_mfu={med(rates['gpu-bound']) * flops_per_token / peak:.3f}")
+    if ours:
+        fields.append(f"mfu={med(ours) * flops_per_token / peak:.3f}")
+        fields.append(f"mfu_span={med(ours_span) * flops_per_token / peak:.3f}")
+    fields.append(f"peak_tflops={peak / 1e12:.1f}")
+    return " ".join(fields)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tiny", action="store_true", help="CPU smoke run at a tiny shape")
+    parser.add_argument(
+        "--shape",
+        choices=PRESETS,
+        default="llama-3.1-8b",
+        help="the verifier preset (benchmarks/draft_shapes.py); the tiny ones are CPU smoke runs",
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/eagle_train_bench"))
     parser.add_argument("--rows", type=int, default=240)
     parser.add_argument(
@@ -349,25 +357,24 @@ def main() -> None:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
 
     import torch
-    from transformers import LlamaConfig
 
-    shape = TINY if args.tiny else LLAMA_31_8B
-    layer_ids = [2, 4, 6, 8] if args.tiny else [2, 16, 29, 32]
-    draft_vocab, total_seq_len = (64, 1024) if args.tiny else (32000, 8192)
+    config = preset_config(args.shape)
+    captured = layer_ids(args.shape)
+    draft_vocab, total_seq_len = resolved_sizes(args.shape)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shutil.rmtree(args.work, ignore_errors=True)
     verifier, storage, work = args.work / "verifier", args.work / "storage", args.work / "work"
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
 
     started = time.perf_counter()
-    write_head_only_verifier(verifier, LlamaConfig(**shape), device=device)
+    write_head_only_verifier(verifier, config, device=device)
     write_random_features(
         storage,
         "bench",
         verifier_path=verifier,
-        layer_ids=layer_ids,
-        hidden_size=shape["hidden_size"],
-        vocab_size=shape["vocab_size"],
+        layer_ids=captured,
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
         num_rows=args.rows,
         seq_len=tuple(args.seq_len),
         device=device,
@@ -375,16 +382,16 @@ def main() -> None:
     )
     setup_log = StampedLog("setup")
     data = build_training_data(storage, ["bench"], work, log=setup_log)
-    vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=setup_log)
+    vocab = build_draft_vocab(data.path, draft_vocab, config.vocab_size, log=setup_log)
     fp8 = None
     if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
         write_random_features(
             args.work / "storage-fp8",
             "bench",
             verifier_path=verifier,
-            layer_ids=layer_ids,
-            hidden_size=shape["hidden_size"],
-            vocab_size=shape["vocab_size"],
+            layer_ids=captured,
+            hidden_size=config.hidden_size,
+            vocab_size=config.vocab_size,
             num_rows=args.rows,
             seq_len=tuple(args.seq_len),
             device=device,
@@ -392,7 +399,7 @@ def main() -> None:
             feature_dtype="fp8",
         )
         fp8_data = build_training_data(args.work / "storage-fp8", ["bench"], work, log=setup_log)
-        fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, shape["vocab_size"], log=setup_log))
+        fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, config.vocab_size, log=setup_log))
     os.sync()  # no write-back of the fresh files while the first run is being timed
     print(
         f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
@@ -426,8 +433,9 @@ def main() -> None:
 
     workers = gpu_worker_count(settings.num_processes)
     settings_loss = "fused" if settings.loss_implementation == "auto" else settings.loss_implementation
+    probe_args = (*args.probe_args.split(), "--shape", args.shape)
     commands = variant_commands(
-        settings, data, vocab, verifier, layer_ids, shape, workers, fp8, tuple(args.probe_args.split())
+        settings, data, vocab, verifier, captured, config.eos_token_id, workers, fp8, probe_args
     )
     names = args.variants or list(commands)
     unknown = set(names) - set(commands)
@@ -437,10 +445,14 @@ def main() -> None:
         tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e)
         for e in range(1, args.epochs)
     ]
+    peak = matmul_peak()
+    flops_per_token = train_flops_per_token(config, draft_vocab)
     print(
-        f"device={torch.cuda.get_device_name()} shape=llama-3.1-8b aux+final={layer_ids} rows={data.num_rows} "
+        f"device={torch.cuda.get_device_name()} shape={args.shape} aux+final={captured} rows={data.num_rows} "
+        f"row_tokens={args.seq_len[0]}-{args.seq_len[1]} total_seq_len={total_seq_len} draft_vocab={draft_vocab} "
         f"epochs={args.epochs} (timed 2..{args.epochs}) tokens_timed_per_run={sum(epoch_tokens)} "
-        f"repeats={args.repeats} order=rotating",
+        f"repeats={args.repeats} order=rotating draft_matmul_flops_per_token={flops_per_token / 1e9:.2f}G "
+        f"measured_bf16_peak_tflops={peak / 1e12:.1f}",
         flush=True,
     )
     for name in names:
@@ -461,6 +473,7 @@ def main() -> None:
         distinct_rows=args.distinct_rows,
         tokens_timed=sum(epoch_tokens),
         device=torch.cuda.get_device_name(),
+        shape=args.shape,
     )
     finished: dict[tuple[int, str], dict] = {}
     if args.runs_file and args.runs_file.exists():
@@ -583,6 +596,7 @@ def main() -> None:
                 summary.append(
                     f"{key}_span={statistics.median(span_rates['ours']) / statistics.median(span_rates[name]):.3f}"
                 )
+    summary.append(result_line(args, total_seq_len, draft_vocab, rates, span_rates, flops_per_token, peak))
     print("\n".join(summary), flush=True)
     if out:
         (out / "train_gpu.txt").write_text("\n".join(lines + summary) + "\n")

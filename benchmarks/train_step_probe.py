@@ -1,7 +1,8 @@
 """The GPU-bound rate of a draft-training step, and where a real step's time goes.
 
     python benchmarks/train_step_probe.py [--resident-batches 8] [--steps 60] [--losses fused eager]
-                                          [--profile-steps 20] -- <speculators train flags>
+                                          [--profile-steps 20] [--profile-resident 10]
+                                          [--shape kimi-k2.5] -- <speculators train flags>
 
 Starts the training process exactly as ``eagle_assets.eagle3_checkpoint.trainer_process.launch`` does \
 (speculators' config, draft,
@@ -15,8 +16,17 @@ loaders and trainer, with this project's additions), then, instead of training e
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
    copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), \
 to show what removing them is worth;
-3. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
+3. with ``--profile-resident N``: profiles N resident steps (torch.profiler) and prints the kernel time
+   by op (top device ops), the device's busy share of the wall time (the rest: idle gaps between
+   kernels), and torch.compile's graph and recompile counters; the table also goes to
+   ``$OUT/profile_<shape>.txt``;
+4. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
    host time per step spent waiting for the device, the device's busy share, and the top host ops.
+
+``--shape`` names the verifier preset (:mod:`benchmarks.draft_shapes`) for the result lines, which carry
+``shape=``, the draft's trainable parameters as built, and ``mfu=``: the step's matmul FLOPs (6 per weight
+per token, times the ttt steps; attention over the row left out) over a bf16 matmul peak measured in
+this process (``--peak-tflops`` to give one instead).
 
 Tokens of a step: its packed batch's positions that belong to a sample (after EAGLE-3's one-token
 shift), as ``benchmarks/train_gpu.py`` counts them.
@@ -26,13 +36,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.draft_shapes import PRESETS, train_flops_per_token, verifier_config  # noqa: E402
+from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process import launch  # noqa: E402
 
 PROBE_LINE = "probe resident"
@@ -77,6 +91,51 @@ def timed_steps(trainer, batches: list[dict], steps: int, tokens_per_batch: list
     torch.cuda.synchronize()
     tokens = sum(itertools.islice(itertools.cycle(tokens_per_batch), steps))
     return time.perf_counter() - started, tokens
+
+
+def compile_counters() -> dict:
+    """torch.compile's graph count, graph breaks and recompiles so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "unique_graphs": counters["stats"].get("unique_graphs", 0),
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "recompiles": sum(counters["recompiles"].values()),
+    }
+
+
+def profile_resident_steps(trainer, batches: list[dict], steps: int, shape: str) -> None:
+    """Kernel time by op over ``steps`` resident steps, the device's busy share, compile counters."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    before = compile_counters()
+    trainer.train_loader = ResidentBatches(batches, steps)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        started = time.perf_counter()
+        trainer.train_epoch(0)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - started
+    averages = prof.key_averages()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    busy = sum(e.time_range.elapsed_us() for e in kernels)
+    # The union of kernel intervals: overlapping streams counted once; the rest of the wall is idle.
+    covered, end = 0.0, float("-inf")
+    for start, stop in sorted((e.time_range.start, e.time_range.end) for e in kernels):
+        covered += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    after = compile_counters()
+    lines = [
+        f"probe profile resident shape={shape}: {steps} steps, wall {wall * 1000 / steps:.1f} ms/step, kernels "
+        f"{busy / 1000 / steps:.1f} ms/step, device busy {covered / 1e6 / wall:.1%} (idle gaps "
+        f"{1 - covered / 1e6 / wall:.1%}), compile counters {after} ({after['recompiles'] - before['recompiles']} "
+        "recompiles while profiling)",
+        averages.table(sort_by="self_device_time_total", row_limit=30),
+    ]
+    print("\n".join(lines), flush=True)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], f"profile_{shape}.txt").write_text("\n".join(lines) + "\n")
 
 
 def profile_real_steps(trainer, loader, steps: int) -> None:
@@ -135,9 +194,14 @@ def probe(trainer, args) -> None:
     real_loader = trainer.train_loader
     resident = list(itertools.islice(iter(real_loader), args.resident_batches))
     tokens_per_batch = [int((b["document_ids"] != -1).sum()) for b in resident]
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    config = verifier_config(args.shape)
+    flops_per_token = train_flops_per_token(config, args.draft_vocab)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else matmul_peak()
     print(
-        f"probe: {len(resident)} resident batches, {sum(tokens_per_batch) / len(resident):.0f} tokens each on "
-        f"average, device {torch.cuda.get_device_name()}",
+        f"probe: shape={args.shape} {len(resident)} resident batches, {sum(tokens_per_batch) / len(resident):.0f} "
+        f"tokens each on average, device {torch.cuda.get_device_name()}, draft trainable params {trainable} "
+        f"(matmul FLOPs/token {flops_per_token / 1e9:.2f} G), bf16 peak {peak / 1e12:.1f} TFLOP/s",
         flush=True,
     )
     for implementation in args.losses:
@@ -158,9 +222,15 @@ def probe(trainer, args) -> None:
                 trainer_module.torch = patched
             print(
                 f"{PROBE_LINE} loss={implementation} ({label}): steps={args.steps} tokens={tokens} "
-                f"seconds={seconds:.3f} step_ms={seconds / args.steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f}",
+                f"seconds={seconds:.3f} step_ms={seconds / args.steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f} "
+                f"shape={args.shape} mfu={tokens / seconds * flops_per_token / peak:.3f}",
                 flush=True,
             )
+        if args.profile_resident:
+            try:  # a diagnostic: its failure must not discard the rates above
+                profile_resident_steps(trainer, resident, args.profile_resident, f"{args.shape}-{implementation}")
+            except Exception:
+                print(f"probe profile resident failed:\n{traceback.format_exc()}", flush=True)
     if args.profile_steps:
         profile_real_steps(trainer, real_loader, args.profile_steps)
 
@@ -177,12 +247,21 @@ def main() -> None:
         help="also time the resident steps with speculators' blocking scalar copies",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="profile this many real-loader steps")
+    parser.add_argument(
+        "--profile-resident", type=int, default=0, help="profile this many resident steps per loss (kernels by op)"
+    )
+    parser.add_argument("--shape", choices=PRESETS, default="llama-3.1-8b", help="the verifier preset (result lines)")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for the MFU (default: measured)")
     parser.add_argument("--metrics-file", type=Path, default=Path("probe-metrics.jsonl"))
     argv = sys.argv[1:]
     if "--" not in argv:
         parser.error("separate speculators' flags with '--'")
     split = argv.index("--")
     args = parser.parse_args(argv[:split])
+    flags = argv[split + 1 :]
+    if "--draft-vocab-size" not in flags:
+        parser.error("the speculators flags must give --draft-vocab-size (the MFU counts the draft's lm_head)")
+    args.draft_vocab = int(flags[flags.index("--draft-vocab-size") + 1])
 
     install = launch._install_trainer
 
