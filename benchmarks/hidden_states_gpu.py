@@ -63,39 +63,10 @@ def _import_project() -> None:
 
 _import_project()
 
+from benchmarks.draft_shapes import verifier_config  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.hidden_states.files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
 from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor, bucket_batches  # noqa: E402
-
-LLAMA_31_8B = dict(
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    rope_parameters={
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-    tie_word_embeddings=False,
-)
-TINY = dict(
-    vocab_size=512,
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=8,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=4096,
-    tie_word_embeddings=False,
-)
 
 
 def sync(device: str) -> None:
@@ -262,11 +233,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from transformers import LlamaConfig
-
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    shape = TINY if args.tiny else LLAMA_31_8B
     low, high = args.lengths or ((64, 256) if args.tiny else (512, 2048))
     samples = args.samples or (24 if args.tiny else 256)
     naive_samples = args.naive_samples or (8 if args.tiny else 32)
@@ -275,7 +243,8 @@ def main() -> None:
 
     peak = matmul_peak(device, dtype, 1024 if args.tiny else 8192, 5 if args.tiny else 50)
     datasheet = datasheet_peak(name) if device == "cuda" else None
-    config = LlamaConfig(**shape, attn_implementation="sdpa")
+    config = verifier_config("tiny" if args.tiny else "llama-3.1-8b")
+    config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     started = time.perf_counter()
     model = random_model(config, device, dtype)
