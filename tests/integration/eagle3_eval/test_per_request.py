@@ -12,6 +12,8 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.runs import materialize_ok
+
 RUN = "per-request"
 # Arithmetic in the demo's words (what the draft learned) and a follow-up turn that refers to the first answer.
 MT_BENCH_ROWS = [
@@ -25,21 +27,6 @@ MT_BENCH_ROWS = [
         ]
     )
 ]
-
-
-def _materialize(assets, selection, resources, instance, partition, ops=None):
-    result = dg.materialize(
-        assets,
-        selection=selection,
-        partition_key=partition,
-        resources=resources,
-        instance=instance,
-        run_config={"ops": ops or {}},
-        raise_on_error=False,
-    )
-    failures = [e.step_failure_data.error.message for e in result.get_step_failure_events()]
-    assert result.success, failures
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +57,15 @@ def trained(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factor
         "vllm_server": capture,
     }
     instance = dg.DagsterInstance.ephemeral()
-    _materialize(assets, ["prompts"], resources, instance, "demo", {"prompts": {"config": {"limit": 240}}})
-    _materialize(assets, ["prompts"], resources, instance, "demo_ood")
+    materialize_ok(assets, ["prompts"], resources, instance, "demo", {"prompts": {"config": {"limit": 240}}})
+    materialize_ok(assets, ["prompts"], resources, instance, "demo_ood")
     samples = {"reasoning_samples": {"config": {**DEMO_OPS["reasoning_samples"]["config"], "max_tokens": 512}}}
-    _materialize(
+    materialize_ok(
         assets, ["reasoning_samples", "token_sequences", "hidden_states"], resources, instance, "demo", samples
     )
     add_training_run(instance, RUN)
     recipe = {**DEMO_OPS["eagle3_checkpoint"]["config"], "epochs": 3, "min_val_accuracy": 0.5}
-    _materialize(assets, ["eagle3_checkpoint"], resources, instance, RUN, {"eagle3_checkpoint": {"config": recipe}})
+    materialize_ok(assets, ["eagle3_checkpoint"], resources, instance, RUN, {"eagle3_checkpoint": {"config": recipe}})
     # The evaluation starts its own speculating servers (managed), on a port of its own.
     resources["vllm_server"] = replaced(vllm_server_config, port=free_port(), stop_grace_s=10.0)
     return assets, resources, instance
@@ -99,7 +86,7 @@ def test_eval_per_request_agrees_with_the_counters_on_every_suite(trained, tmp_p
         "sweep_num_speculative_tokens": [2, 3],
         "sweep_max_prompts": 6,
     }
-    result = _materialize(assets, ["eagle3_eval"], resources, instance, RUN, {"eagle3_eval": {"config": config}})
+    result = materialize_ok(assets, ["eagle3_eval"], resources, instance, RUN, {"eagle3_eval": {"config": config}})
     meta = {
         k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("eagle3_eval")[0].metadata.items()
     }

@@ -14,6 +14,7 @@ import pytest
 
 from eagle_assets.core.layout import PROMPTS, current_version, samples_folder
 from eagle_assets.reasoning_samples.store import load_samples
+from tests.helpers.runs import materialize_ok
 
 RUN = "regen-draft"
 PARTITION = "demo"
@@ -26,21 +27,6 @@ GREEDY = {
     "max_truncation_rate": 1.0,
     "max_non_ok_share": 1.0,
 }
-
-
-def _materialize(assets, selection, resources, instance, partition, ops=None):
-    result = dg.materialize(
-        assets,
-        selection=selection,
-        partition_key=partition,
-        resources=resources,
-        instance=instance,
-        run_config={"ops": ops or {}},
-        raise_on_error=False,
-    )
-    failures = [e.step_failure_data.error.message for e in result.get_step_failure_events()]
-    assert result.success, failures
-    return result
 
 
 def _meta(result) -> dict:
@@ -72,8 +58,8 @@ def trained(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factor
         "vllm_server": vllm_server_config,  # attaches to the session's server
     }
     instance = dg.DagsterInstance.ephemeral()
-    _materialize(assets, ["prompts"], resources, instance, PARTITION, {"prompts": {"config": {"limit": 120}}})
-    result = _materialize(
+    materialize_ok(assets, ["prompts"], resources, instance, PARTITION, {"prompts": {"config": {"limit": 120}}})
+    result = materialize_ok(
         assets,
         ["reasoning_samples", "token_sequences", "hidden_states"],
         resources,
@@ -83,7 +69,7 @@ def trained(tiny_verifier, vllm_server_config, vllm_server_urls, tmp_path_factor
     )
     add_training_run(instance, RUN)
     recipe = {**DEMO_OPS["eagle3_checkpoint"]["config"], "epochs": 3, "min_val_accuracy": 0.0}
-    _materialize(assets, ["eagle3_checkpoint"], resources, instance, RUN, {"eagle3_checkpoint": {"config": recipe}})
+    materialize_ok(assets, ["eagle3_checkpoint"], resources, instance, RUN, {"eagle3_checkpoint": {"config": recipe}})
     return assets, resources, instance, root, _meta(result)
 
 
@@ -104,7 +90,7 @@ def test_greedy_samples_with_the_draft_are_the_verifiers_own_and_name_the_draft(
     speculating = replaced(vllm_server_config, port=port, keep_alive=True, stop_grace_s=10.0)
     draft_ops = {**GREEDY, "draft_training_run": RUN, "num_speculative_tokens": 3}
     try:
-        result = _materialize(
+        result = materialize_ok(
             assets,
             ["reasoning_samples"],
             {**resources, "storage": StorageRoot(root=str(again)), "vllm_server": speculating},
@@ -139,7 +125,7 @@ def test_greedy_samples_with_the_draft_are_the_verifiers_own_and_name_the_draft(
     )
 
     # The sample set captured without the draft, materialized with it: the same recipe, nothing to regenerate.
-    reuse = _materialize(
+    reuse = materialize_ok(
         assets, ["reasoning_samples"], resources, instance, PARTITION, {"reasoning_samples": {"config": draft_ops}}
     )
     assert _meta(reuse)["recipe_id"] == plain["recipe_id"] and _meta(reuse)["captured_this_run"] == 0
