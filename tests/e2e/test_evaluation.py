@@ -174,6 +174,7 @@ def test_the_checkpoint_page_shows_both_training_runs(evaluated, tmp_path):
     """The UI over the same instance: `eagle3_checkpoint`'s partitions are the two training runs, each
     showing its own checkpoint folder as its latest materialization. Reuses the trained runs (the UI adds
     only its own start, about half a minute)."""
+    from eagle_assets.core.partitions import TRAINING_RUNS
     from tests.helpers.browser import STEP_TIMEOUT_MS, browser_page, playwright_api
     from tests.helpers.dagster_ui import serve_ui
 
@@ -181,8 +182,11 @@ def test_the_checkpoint_page_shows_both_training_runs(evaluated, tmp_path):
     home = Path(evaluated["instance"].root_directory)
     with serve_ui(home, evaluated["root"]) as url, browser_page() as page:
         page.goto(f"{url}/assets/eagle3_checkpoint?view=partitions")
-        # Not "Materialized (2)": a run's refused re-materialization (the recipe test) shows it as Failed.
-        expect(page.get_by_text(f"{len(RECIPES)} Partitions Selected")).to_be_visible(timeout=STEP_TIMEOUT_MS)
+        # Every training run the instance knows (the tiny-kimi demo in the same home adds its own), and
+        # not "Materialized (n)": a run's refused re-materialization (the recipe test) shows it as Failed.
+        known = evaluated["instance"].get_dynamic_partitions(TRAINING_RUNS)
+        assert set(RECIPES) <= set(known)
+        expect(page.get_by_text(f"{len(known)} Partitions Selected")).to_be_visible(timeout=STEP_TIMEOUT_MS)
         for at, (run, (checkpoint, _)) in enumerate(evaluated["runs"].items()):
             page.get_by_text(run, exact=True).first.click()
             expect(page.get_by_text(Path(checkpoint["path"]).name).first).to_be_visible(timeout=STEP_TIMEOUT_MS)
