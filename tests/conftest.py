@@ -293,3 +293,13 @@ def random_features(tmp_path_factory):
     from tests.helpers.features import write_random_storage
 
     return write_random_storage(tmp_path_factory.mktemp("features"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The background resources' timeline: what the run's critical path was made of."""
+    from tests.helpers.background import OPENED
+
+    if OPENED:
+        terminalreporter.section("background resources (seconds from the run's start)")
+        for resource in OPENED:
+            terminalreporter.write_line(resource.timeline())

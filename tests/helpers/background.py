@@ -6,6 +6,7 @@ single-threaded, most tests wait on a child process), so what runs beside them i
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Generic, TypeVar
@@ -15,6 +16,10 @@ T = TypeVar("T")
 # The heavy resources (a demo, a vLLM extraction: several GB of memory each) run two at a time, so that a
 # test run's peak stays well inside a 24 GB host that other sessions share.
 HEAVY = threading.BoundedSemaphore(2)
+# Every resource opened in this process, for the run's closing timeline (tests/conftest.py), in seconds
+# from this module's import (the test run's start).
+OPENED: list[InBackground] = []
+_T0 = time.monotonic()
 
 
 class Aborted(RuntimeError):
@@ -40,8 +45,23 @@ class InBackground(Generic[T]):
         self._entered, self._leave, self._aborted = threading.Event(), threading.Event(), threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
+        # When it began opening (after ``after`` and the gate) and when it was ready.
+        self.began_s: float | None = None
+        self.ready_s: float | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        OPENED.append(self)
         self._thread.start()
+
+    @property
+    def name(self) -> str:
+        return self._thread.name
+
+    def timeline(self) -> str:
+        """One line: when it began opening and when it was ready, in seconds from the run's start."""
+        began = "never began" if self.began_s is None else f"began at {self.began_s:.0f} s"
+        ready = "" if self.ready_s is None else f", ready at {self.ready_s:.0f} s ({self.ready_s - self.began_s:.0f} s)"
+        failed = ", failed" if self._error is not None else ""
+        return f"{self.name}: {began}{ready}{failed}"
 
     def _enter(self):
         if self._after is not None:
@@ -53,8 +73,11 @@ class InBackground(Generic[T]):
         try:
             if self._aborted.is_set():
                 raise Aborted(f"{self._thread.name}: the run ended before it started")
+            self.began_s = time.monotonic() - _T0
             context = self._open()
-            return context, context.__enter__()
+            entered = context.__enter__()
+            self.ready_s = time.monotonic() - _T0
+            return context, entered
         finally:
             if self._gate is not None:
                 self._gate.release()
