@@ -48,6 +48,7 @@ from eagle_assets.tiny_verifier.embedded import embedded_verifier
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 # vLLM's speculative decoding switch; its JSON names the method, the draft and K.
 SPECULATIVE_FLAG = "--speculative-config"
+EAGER_FLAG = "--enforce-eager"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
 
 
@@ -174,7 +175,10 @@ class VLLMServer(dg.ConfigurableResource):
         # One access-log line per request would flood the step log at 200 in flight.
         argv.append("--disable-uvicorn-access-log")
         if not self.model:
-            argv += embedded_verifier(self.embedded).serve_args
+            preset = embedded_verifier(self.embedded)
+            argv += preset.serve_args
+            if preset.eager and EAGER_FLAG not in self.extra_args:
+                argv.append(EAGER_FLAG)
         return argv + list(self.extra_args)
 
     def launch_env(self) -> dict[str, str]:

@@ -40,6 +40,20 @@ def storage_root(tmp_path):
     return StorageRoot(root=str(tmp_path / "data"))
 
 
+def _built(*names: str):
+    """Waits until each embedded verifier in ``names`` is built, in that order (building it if nobody is):
+    what a background resource needs before it starts. tiny-qwen3 first: the demos' chain starts from it,
+    and two builds at once on 2 cores would delay it by the other's length."""
+
+    def wait() -> None:
+        from eagle_assets.tiny_verifier.cache import cached_embedded_verifier
+
+        for name in names:
+            cached_embedded_verifier(name)
+
+    return wait
+
+
 @pytest.fixture(scope="session")
 def tiny_verifier():
     """The embedded tiny verifier's model folder (built once per recipe into the user cache, then reused)."""
@@ -49,13 +63,14 @@ def tiny_verifier():
 
 
 @pytest.fixture(scope="session")
-def vllm_server_config(tiny_verifier, tmp_path_factory):
-    """The VLLMServer resource of the session's test server (tiny verifier, small CPU KV cache)."""
+def vllm_server_config(tmp_path_factory):
+    """The VLLMServer resource of the session's test server (tiny verifier, small CPU KV cache). The
+    verifier is built (or waited for) when the server starts, in the background, not here."""
     from eagle_assets.resources import VLLMServer
     from tests.helpers.ports import free_port
 
     return VLLMServer(
-        model=str(tiny_verifier),
+        embedded="tiny-qwen3",  # served as the demo serves it (the preset's arguments)
         port=free_port(),
         max_model_len=16384,  # the tiny verifier's own limit: room for max_tokens 8192
         max_num_seqs=256,
@@ -76,6 +91,7 @@ def vllm_server(vllm_server_config):
         "vllm-server",
         vllm_server_config.serve,
         on_abort=lambda: stop_server(vllm_server_config.port, vllm_server_config.state_dir),
+        after=_built("tiny-qwen3"),
     )
     yield server
     server.close()
@@ -96,10 +112,11 @@ def tiny_kimi():
 
 
 @pytest.fixture(scope="session")
-def kimi_server_config(tiny_kimi):
+def kimi_server_config():
     """The VLLMServer resource serving tiny-kimi exactly as `eagle-assets demo --verifier tiny-kimi --port
     <its port>` does (kimi_k2 parser, vision inputs off, the demo's KV cache and state folder), so the
-    tiny-kimi demo attaches to this server; the port after it is left for the demo's speculating server."""
+    tiny-kimi demo attaches to this server; the port after it is left for the demo's speculating server.
+    tiny-kimi is built (or waited for) when the server starts, in the background."""
     from eagle_assets.resources.embedded import embedded_resources
     from tests.helpers.ports import free_port
     from tests.helpers.runs import KV_CACHE_GB
@@ -116,7 +133,10 @@ def kimi_server(kimi_server_config):
     from tests.helpers.runs import stop_server
 
     server = InBackground(
-        "kimi-server", kimi_server_config.serve, on_abort=lambda: stop_server(kimi_server_config.port)
+        "kimi-server",
+        kimi_server_config.serve,
+        on_abort=lambda: stop_server(kimi_server_config.port),
+        after=_built("tiny-qwen3", "tiny-kimi"),
     )
     yield server
     server.close()
@@ -234,9 +254,10 @@ def second_training_run(tmp_path_factory, demo_run):
 
 
 @pytest.fixture(scope="session")
-def vllm_extraction_run(tiny_verifier, tmp_path_factory):
+def vllm_extraction_run(tmp_path_factory):
     """A vLLM extraction killed and resumed (tests/helpers/features.py), run in the background; tests read it
     through tests/integration/hidden_states/test_vllm_extraction.py's ``killed_then_resumed``."""
+    from eagle_assets.tiny_verifier.cache import cached_tiny_verifier
     from tests.helpers.background import HEAVY, InBackground
     from tests.helpers.features import vllm_extraction_killed_then_resumed
     from tests.helpers.processes import kill_group
@@ -244,7 +265,7 @@ def vllm_extraction_run(tiny_verifier, tmp_path_factory):
     base, started = tmp_path_factory.mktemp("vllm-extraction"), []
     run = InBackground(
         "vllm extraction",
-        lambda: vllm_extraction_killed_then_resumed(base, tiny_verifier, started),
+        lambda: vllm_extraction_killed_then_resumed(base, cached_tiny_verifier(), started),
         on_abort=lambda: [kill_group(proc) for proc in started],
         gate=HEAVY,
     )

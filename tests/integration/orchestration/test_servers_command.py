@@ -19,7 +19,7 @@ def test_servers_lists_the_managed_server_with_its_live_user(vllm_server_config,
     assert listed.returncode == 0, listed.stderr
     [server] = json.loads(listed.stdout)
     assert server["port"] == vllm_server_config.port and server["alive"] and server["users"] == 1
-    assert server["idle_since"] is None and server["model"] == vllm_server_config.model
+    assert server["idle_since"] is None and server["model"] == vllm_server_config.resolved_model()
     assert server["idle_stop_after_s"] == vllm_server_config.idle_stop_after_s
     table = subprocess.run(
         [str(BIN / "eagle-assets"), "servers", "--state-dir", state_dir], capture_output=True, text=True, timeout=120
