@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from eagle_assets.core.files import publish_version, write_parquet
 from eagle_assets.core.layout import SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder, prompts_file
-from eagle_assets.core.partitions import add_training_run
+from eagle_assets.core.partitions import add_training_run, latest_checkpoint
 from eagle_assets.core.tables import table_version
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import DEMO_OPS
@@ -134,7 +134,7 @@ def train_side(name: str, root: Path, partition: str, resources: dict, prompts_c
     recipe = {**DEMO_OPS["eagle3_checkpoint"]["config"], "partitions": [partition]}
     add_training_run(instance, name)  # each side is its own training run
     materialize(assets, ["eagle3_checkpoint"], resources, instance, name, {"eagle3_checkpoint": {"config": recipe}})
-    return eagle3_checkpoint.checkpoint_of(instance, name)
+    return latest_checkpoint(instance, name)
 
 
 def training_numbers(checkpoint: Path) -> tuple[int, int]:

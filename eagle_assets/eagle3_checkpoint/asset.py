@@ -25,9 +25,7 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, HIDDEN_STATES, PIPELINE, PROMPTS, TOKEN_SEQUENCES, WORK_DIR
-from eagle_assets.core.partitions import latest_checkpoint as checkpoint_of
-from eagle_assets.core.partitions import latest_checkpoint_record as latest_record
-from eagle_assets.core.partitions import training_runs
+from eagle_assets.core.partitions import latest_checkpoint, latest_checkpoint_record, training_runs
 from eagle_assets.eagle3_checkpoint.checks import (
     learned_check_result,
     loads_check_result,
@@ -89,7 +87,7 @@ def recipe_of(config: Eagle3TrainingConfig) -> dict:
 
 
 def _check_recipe(instance: dg.DagsterInstance, run: str, recipe: dict) -> None:
-    record = latest_record(instance, run)
+    record = latest_checkpoint_record(instance, run)
     recorded = record.asset_materialization.metadata.get(RECIPE_KEY) if record else None
     if recorded is not None and (changes := recipe_changes(recorded.value, recipe)):
         raise dg.Failure(recipe_refusal(run, changes))
@@ -197,7 +195,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         "vocabularies, and a forward pass on a tiny batch that proposes verifier tokens.",
     )
     def loads_with_speculators(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        folder = checkpoint_of(context.instance, context.partition_key)
+        folder = latest_checkpoint(context.instance, context.partition_key)
         return loads_check_result(folder, *speculators_load_problems(folder))
 
     @dg.asset_check(
@@ -208,7 +206,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         "min_val_accuracy and beats always proposing the most frequent supervised token.",
     )
     def learned(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        record = latest_record(context.instance, context.partition_key)
+        record = latest_checkpoint_record(context.instance, context.partition_key)
         return learned_check_result(
             {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {}
         )
@@ -223,7 +221,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
     def matches_verifier(
         context: dg.AssetCheckExecutionContext, storage: StorageRoot, verifier: Verifier
     ) -> dg.AssetCheckResult:
-        folder = checkpoint_of(context.instance, context.partition_key)
+        folder = latest_checkpoint(context.instance, context.partition_key)
         problems = verifier_problems(folder, Path(storage.root), verifier.get_backend(), verifier.resolved_model_path())
         return matches_verifier_check_result(folder, problems)
 

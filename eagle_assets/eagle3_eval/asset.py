@@ -34,8 +34,7 @@ from pydantic import Field
 
 from eagle_assets.core.checks import check_result
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder
-from eagle_assets.core.partitions import training_runs
-from eagle_assets.eagle3_checkpoint.asset import checkpoint_of
+from eagle_assets.core.partitions import latest_checkpoint, training_runs
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
 from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table
@@ -136,7 +135,7 @@ class Eagle3EvalConfig(dg.Config):
 def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRoot, name: str = "") -> Path:
     """The checkpoint folder to serve: ``name`` (a kept folder's name or a path) or the training run's latest.
     It must still exist and belong to ``run``."""
-    folder = checkpoint_of(instance, run) if not name else named_checkpoint(name, storage.path(EAGLE3_CHECKPOINT))
+    folder = latest_checkpoint(instance, run) if not name else named_checkpoint(name, storage.path(EAGLE3_CHECKPOINT))
     try:
         return check_checkpoint(folder, run)
     except EvalPlanError as err:
