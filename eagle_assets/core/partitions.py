@@ -33,20 +33,21 @@ def add_training_run(instance: dg.DagsterInstance, name: str) -> bool:
     return True
 
 
-def latest_checkpoint_record(instance: dg.DagsterInstance, run: str) -> dg.EventLogRecord | None:
-    """The latest ``eagle3_checkpoint`` materialization of the training run ``run``."""
+def latest_metadata(instance: dg.DagsterInstance, asset: str, run: str) -> dict | None:
+    """The metadata of the latest materialization of ``asset`` (one keyed by training run) for the training
+    run ``run``, as plain values (each ``MetadataValue``'s ``value``); None before the first."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT), asset_partitions=[run]), limit=1
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[run]), limit=1
     ).records
-    return records[0] if records else None
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None
 
 
 def latest_checkpoint(instance: dg.DagsterInstance, run: str) -> Path:
     """The folder of the training run ``run``'s latest kept checkpoint (its ``path`` metadata)."""
-    record = latest_checkpoint_record(instance, run)
-    if record is None:
+    metadata = latest_metadata(instance, EAGLE3_CHECKPOINT, run)
+    if metadata is None:
         raise dg.Failure(
             f"training run {run!r} has no {EAGLE3_CHECKPOINT} yet: materialize {EAGLE3_CHECKPOINT} "
             f"for partition {run!r} first"
         )
-    return Path(record.asset_materialization.metadata["path"].value)
+    return Path(metadata["path"])

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL
+from eagle_assets.core.partitions import latest_metadata
 from eagle_assets.demo.display import LINE_WIDTH
 from eagle_assets.eagle3_eval.per_request import POSITION_EDGES, bin_key, bin_label
 from eagle_assets.lineage.record import LineageError, read_lineage
@@ -14,21 +16,14 @@ from eagle_assets.lineage.render import summary_lines
 from eagle_assets.reasoning_samples.quality import QUALITY_CLASSES
 
 
-def _latest(instance: dg.DagsterInstance, asset: str, training_run: str):
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[training_run]), limit=1
-    ).records
-    return records[0].asset_materialization if records else None
-
-
 def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
     """The demo's last lines: ``checkpoint=<path>``, the captured samples' quality shares,
     the evaluation's lines (:func:`evaluation_lines`) and the lineage summary,
     from the training run's latest checkpoint and evaluation materializations (empty when it has neither)."""
-    checkpoint = _latest(instance, "eagle3_checkpoint", training_run)
+    checkpoint = latest_metadata(instance, EAGLE3_CHECKPOINT, training_run)
     if checkpoint is None:
         return []
-    path = checkpoint.metadata["path"].value
+    path = checkpoint["path"]
     lines = [f"checkpoint={path}"]
     samples = instance.get_latest_materialization_event(dg.AssetKey("reasoning_samples"))
     if samples is not None and "quality/non_ok_share" in samples.asset_materialization.metadata:
@@ -39,9 +34,9 @@ def outcome(instance: dg.DagsterInstance, training_run: str) -> list[str]:
             if meta[f"quality/{name}"].value
         )
         lines.append(f"sample quality ({samples.asset_materialization.partition}): {shares}")
-    evaluation = _latest(instance, "eagle3_eval", training_run)
+    evaluation = latest_metadata(instance, EAGLE3_EVAL, training_run)
     if evaluation is not None:
-        lines += evaluation_lines({key: value.value for key, value in evaluation.metadata.items()})
+        lines += evaluation_lines(evaluation)
     try:
         lines += ["lineage:", *summary_lines(read_lineage(path), path)]
     except LineageError as exc:

@@ -25,7 +25,7 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, HIDDEN_STATES, PIPELINE, PROMPTS, TOKEN_SEQUENCES, WORK_DIR
-from eagle_assets.core.partitions import latest_checkpoint, latest_checkpoint_record, training_runs
+from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
 from eagle_assets.eagle3_checkpoint.checks import (
     learned_check_result,
     loads_check_result,
@@ -87,9 +87,8 @@ def recipe_of(config: Eagle3TrainingConfig) -> dict:
 
 
 def _check_recipe(instance: dg.DagsterInstance, run: str, recipe: dict) -> None:
-    record = latest_checkpoint_record(instance, run)
-    recorded = record.asset_materialization.metadata.get(RECIPE_KEY) if record else None
-    if recorded is not None and (changes := recipe_changes(recorded.value, recipe)):
+    recorded = (latest_metadata(instance, EAGLE3_CHECKPOINT, run) or {}).get(RECIPE_KEY)
+    if recorded is not None and (changes := recipe_changes(recorded, recipe)):
         raise dg.Failure(recipe_refusal(run, changes))
 
 
@@ -206,10 +205,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         "min_val_accuracy and beats always proposing the most frequent supervised token.",
     )
     def learned(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        record = latest_checkpoint_record(context.instance, context.partition_key)
-        return learned_check_result(
-            {k: v.value for k, v in record.asset_materialization.metadata.items()} if record else {}
-        )
+        return learned_check_result(latest_metadata(context.instance, EAGLE3_CHECKPOINT, context.partition_key) or {})
 
     @dg.asset_check(
         asset=eagle3_checkpoint,

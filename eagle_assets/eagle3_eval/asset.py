@@ -34,7 +34,7 @@ from pydantic import Field
 
 from eagle_assets.core.checks import check_result
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder
-from eagle_assets.core.partitions import latest_checkpoint, training_runs
+from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
 from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table
@@ -275,12 +275,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         "evaluation run).",
     )
     def acceptance_length_above_floor(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_EVAL), asset_partitions=[context.partition_key]), limit=1
-        ).records
         return acceptance_check_result(
-            context.partition_key,
-            {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None,
+            context.partition_key, latest_metadata(context.instance, EAGLE3_EVAL, context.partition_key)
         )
 
     @dg.asset_check(
@@ -290,11 +286,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         f"counters within {AGREEMENT:.0%} (the same verify steps, counted twice).",
     )
     def per_request_matches_counters(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_EVAL), asset_partitions=[context.partition_key]), limit=1
-        ).records
-        meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else {}
-        return counters_check_result(meta)
+        return counters_check_result(latest_metadata(context.instance, EAGLE3_EVAL, context.partition_key) or {})
 
     return {"assets": [eagle3_eval], "checks": [acceptance_length_above_floor, per_request_matches_counters]}
 

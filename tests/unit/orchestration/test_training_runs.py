@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from eagle_assets.cli import app
-from eagle_assets.core.partitions import TRAINING_RUNS, add_training_run
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL
+from eagle_assets.core.partitions import TRAINING_RUNS, add_training_run, latest_checkpoint, latest_metadata
 
 runner = CliRunner()
 
@@ -21,6 +22,28 @@ def test_a_training_run_is_added_once_and_named_plainly():
         for bad in ("", "-lead", "a/b", "with space", "x" * 65):
             with pytest.raises(ValueError, match=r"training run name .* use 1-64 letters"):
                 add_training_run(instance, bad)
+
+
+def test_a_runs_latest_materialization_is_read_per_asset_as_plain_values(tmp_path):
+    with dg.DagsterInstance.ephemeral() as instance:
+        add_training_run(instance, "a")
+        with pytest.raises(dg.Failure, match="training run 'a' has no eagle3_checkpoint yet"):
+            latest_checkpoint(instance, "a")
+        for folder in ("first", "second"):
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    EAGLE3_CHECKPOINT,
+                    partition="a",
+                    metadata={"path": dg.MetadataValue.path(str(tmp_path / folder)), "recipe": {"lr": 1}},
+                )
+            )
+        assert latest_checkpoint(instance, "a") == tmp_path / "second"
+        assert latest_metadata(instance, EAGLE3_CHECKPOINT, "a") == {
+            "path": str(tmp_path / "second"),
+            "recipe": {"lr": 1},
+        }
+        assert latest_metadata(instance, EAGLE3_EVAL, "a") is None  # another asset of the same run
+        assert latest_metadata(instance, EAGLE3_CHECKPOINT, "b") is None  # another run
 
 
 def test_add_training_run_command_records_it_in_the_instance(tmp_path, monkeypatch):
