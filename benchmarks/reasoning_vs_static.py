@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle_assets.core.files import publish_version, write_parquet
-from eagle_assets.core.layout import SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder, prompts_file
+from eagle_assets.core.layout import SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder, prompts_file, read_training_record
 from eagle_assets.core.partitions import add_training_run, latest_checkpoint
 from eagle_assets.core.tables import table_version
 from eagle_assets.definitions import build_definitions
@@ -138,9 +138,7 @@ def train_side(name: str, root: Path, partition: str, resources: dict, prompts_c
 
 
 def training_numbers(checkpoint: Path) -> tuple[int, int]:
-    import json
-
-    data = json.loads((checkpoint / "training.json").read_text())["data"]
+    data = read_training_record(checkpoint)["data"]
     return data["rows"], data["supervised_tokens"]
 
 

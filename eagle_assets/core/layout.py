@@ -142,3 +142,16 @@ def sequences_file(root: str | Path, partition: str) -> Path:
 def index_file(root: str | Path, partition: str) -> Path:
     """The current hidden-state index of ``partition``."""
     return current_folder(asset_folder(root, HIDDEN_STATES, partition)) / INDEX_FILE
+
+
+def named_checkpoint(name: str, checkpoints: str | Path) -> Path:
+    """A kept checkpoint by folder name (under ``checkpoints``, the ``eagle3_checkpoint`` folder: a kept folder is
+    named by its content hash) or, with a ``/`` in it, by path."""
+    return Path(name) if "/" in name else Path(checkpoints) / name
+
+
+def read_training_record(checkpoint: str | Path) -> dict:
+    """The checkpoint folder's ``training.json`` (what trained it: run, data, verifier), or ``{}`` when it has
+    none (a speculators folder not made by ``eagle3_checkpoint``)."""
+    path = Path(checkpoint) / TRAINING_FILE
+    return json.loads(path.read_text()) if path.exists() else {}

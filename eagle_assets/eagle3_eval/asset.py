@@ -33,7 +33,7 @@ import dagster as dg
 from pydantic import Field
 
 from eagle_assets.core.checks import check_result
-from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder, named_checkpoint
 from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
@@ -43,7 +43,6 @@ from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,
     check_checkpoint,
     evaluation_only_sources,
-    named_checkpoint,
     plan_evaluation,
 )
 from eagle_assets.eagle3_eval.plot import markdown_image

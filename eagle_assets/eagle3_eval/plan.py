@@ -3,28 +3,16 @@ the in-distribution partitions and the out-of-distribution ones, and the prompts
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_assets.core.layout import EAGLE3_CHECKPOINT, TRAINING_FILE, prompts_file
+from eagle_assets.core.layout import EAGLE3_CHECKPOINT, prompts_file, read_training_record
 from eagle_assets.eagle3_eval.eval_sets import EvalSet, EvalSetError, heldout_set, require_prompts, trained_on
 
 
 class EvalPlanError(ValueError):
     """What to evaluate cannot be decided from what is stored; the message says what to change."""
-
-
-def named_checkpoint(name: str, checkpoints: Path) -> Path:
-    """A kept checkpoint by folder name (under ``checkpoints``) or, with a ``/`` in it, by path."""
-    return Path(name) if "/" in name else checkpoints / name
-
-
-def training_record(checkpoint: Path) -> dict:
-    """The checkpoint's ``training.json``, or ``{}`` when it has none."""
-    training = checkpoint / TRAINING_FILE
-    return json.loads(training.read_text()) if training.exists() else {}
 
 
 def check_checkpoint(checkpoint: Path, training_run: str) -> Path:
@@ -34,7 +22,7 @@ def check_checkpoint(checkpoint: Path, training_run: str) -> Path:
             f"checkpoint {checkpoint} is gone or not a checkpoint folder: `eagle-assets checkpoints` lists "
             f"the kept ones; re-materialize {EAGLE3_CHECKPOINT} for training run {training_run!r}"
         )
-    trained_by = training_record(checkpoint).get("training_run")
+    trained_by = read_training_record(checkpoint).get("training_run")
     if trained_by is not None and trained_by != training_run:
         raise EvalPlanError(
             f"checkpoint {checkpoint.name} belongs to training run {trained_by!r}, not {training_run!r}: evaluate it "
@@ -44,7 +32,7 @@ def check_checkpoint(checkpoint: Path, training_run: str) -> Path:
 
 
 def training_partitions(checkpoint: Path) -> list[str]:
-    return list(training_record(checkpoint).get("data", {}).get("partitions", []))
+    return list(read_training_record(checkpoint).get("data", {}).get("partitions", []))
 
 
 def set_label(kind: str, partitions: list[str]) -> str:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from eagle_assets.backends import verifier_identity
 from eagle_assets.core.files import checkpoint_hash, file_sha256
-from eagle_assets.core.layout import MODEL_FILES, TRAINING_FILE
+from eagle_assets.core.layout import MODEL_FILES, TRAINING_FILE, named_checkpoint, read_training_record
 from eagle_assets.reasoning_samples.recipe import ServedVerifier
 from eagle_assets.resources import VLLMServer
 from eagle_assets.resources.server_lifecycle import VLLMServerError
@@ -85,13 +85,8 @@ class DraftSettings(BaseModel):
         if self.draft_training_run:
             return read_draft(latest_of_run(self.draft_training_run), self.num_speculative_tokens, "draft_training_run")
         if self.draft_checkpoint:
-            return read_draft(named_draft(self.draft_checkpoint, checkpoints), self.num_speculative_tokens)
+            return read_draft(named_checkpoint(self.draft_checkpoint, checkpoints), self.num_speculative_tokens)
         return None
-
-
-def named_draft(name: str, checkpoints: Path) -> Path:
-    """A kept checkpoint by folder name (under ``checkpoints``) or, with a ``/`` in it, by path."""
-    return Path(name) if "/" in name else Path(checkpoints) / name
 
 
 def read_draft(folder: str | Path, num_speculative_tokens: int, field: str = "draft_checkpoint") -> Draft:
@@ -110,8 +105,7 @@ def read_draft(folder: str | Path, num_speculative_tokens: int, field: str = "dr
             f"{field}: {folder}/config.json has speculators_model_type {config.get('speculators_model_type')!r}, "
             "not 'eagle3': vLLM serves it as an eagle3 speculator only if it is one"
         )
-    training_path = folder / TRAINING_FILE
-    training = json.loads(training_path.read_text()) if training_path.is_file() else {}
+    training = read_training_record(folder)
     named = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
     return Draft(
         path=str(folder.resolve()),
