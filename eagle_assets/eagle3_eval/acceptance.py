@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from eagle_assets.core.files import combined_hash, write_json, write_parquet
 from eagle_assets.core.layout import EVAL_REPORT_FILE, EVAL_REQUESTS_FILE, EVAL_TRACE_PLOT_FILE, GREEDY_OUTPUTS_FILE
-from eagle_assets.eagle3_eval.evaluate import Evaluation, evaluate
+from eagle_assets.eagle3_eval.evaluate import evaluate
+from eagle_assets.eagle3_eval.numbers import Evaluation
 from eagle_assets.eagle3_eval.per_request import AGREEMENT
 from eagle_assets.eagle3_eval.plan import EvalPlan
 from eagle_assets.eagle3_eval.plot import plot_tau_along_trace

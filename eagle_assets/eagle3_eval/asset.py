@@ -37,7 +37,8 @@ from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, a
 from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
 from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
-from eagle_assets.eagle3_eval.evaluate import EvaluationError, acceptance_table
+from eagle_assets.eagle3_eval.evaluate import EvaluationError
+from eagle_assets.eagle3_eval.numbers import acceptance_table
 from eagle_assets.eagle3_eval.per_request import AGREEMENT
 from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,

@@ -16,7 +16,7 @@ import dagster as dg
 
 from eagle_assets.core.layout import EAGLE3_EVAL as EVALUATIONS
 from eagle_assets.core.layout import EVAL_REPORT_FILE, LINEAGE_FILE, PER_DATASET_STAGES, TRAINING_FILE
-from eagle_assets.eagle3_eval.evaluate import tau_by_set
+from eagle_assets.eagle3_eval.numbers import tau_by_set
 from eagle_assets.lineage.record import read_json
 from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.maintenance.gc import checkpoint_folders

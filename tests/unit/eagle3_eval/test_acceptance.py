@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 from eagle_assets.core.files import combined_hash
 from eagle_assets.eagle3_eval.acceptance import OUTPUTS_SCHEMA, build_report, greedy_outputs, write_report
 from eagle_assets.eagle3_eval.eval_sets import EvalSet
-from eagle_assets.eagle3_eval.evaluate import Evaluation, acceptance_table
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
+from eagle_assets.eagle3_eval.numbers import Evaluation, acceptance_table
 from eagle_assets.eagle3_eval.plan import EvalPlan
 from eagle_assets.eagle3_eval.served import ServedRun
 from eagle_assets.reasoning_samples.requests import PromptRequest

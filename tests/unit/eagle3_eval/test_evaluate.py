@@ -115,7 +115,7 @@ def test_server_info_names_the_served_draft(server_info_answering):
 def test_tau_per_prompt_set_leaves_out_each_sets_variants():
     """`eagle-assets checkpoints` shows one τ per evaluated prompt set; the per-variant τ of a set (sampling
     variants) is in the evaluation's metadata, not a set of its own."""
-    from eagle_assets.eagle3_eval.evaluate import tau_by_set
+    from eagle_assets.eagle3_eval.numbers import tau_by_set
 
     metadata = {
         "heldout[demo]/acceptance_length": 3.5,

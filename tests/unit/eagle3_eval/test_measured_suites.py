@@ -193,7 +193,7 @@ def test_the_k_sweep_starts_a_server_per_k_and_reuses_the_evaluations_own(tmp_pa
 def test_eagle_assets_checkpoints_shows_tau_per_suite_of_a_report(tmp_path):
     """`eagle-assets checkpoints` reads each kept checkpoint's latest report: τ per set on its line, and (--json)
     each set's suite name, version and per-request τ with its interval."""
-    from eagle_assets.eagle3_eval.evaluate import tau_by_set
+    from eagle_assets.eagle3_eval.numbers import tau_by_set
     from eagle_assets.maintenance.checkpoints import CheckpointEntry, report_lines, suites_of
 
     with ScriptedVLLM(str(tmp_path / "eagle3_checkpoint" / "0123abcd")) as server:
