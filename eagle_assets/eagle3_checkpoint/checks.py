@@ -1,4 +1,4 @@
-"""The verdicts of `eagle3_checkpoint`'s and `eagle3_eval`'s asset checks, from what each check read.
+"""The verdicts of `eagle3_checkpoint`'s asset checks, from what each check read.
 
 Pure functions (no instance, no files), so a failing case is testable without training; each failure
 says what failed, with the numbers, and what to change (`check_result`).
@@ -75,27 +75,4 @@ def matches_verifier_check_result(folder: Path, problems: list[str]) -> dg.Asset
         + "; ".join(problems),
         fix="point the verifier resource (verifier.model_path) at the model the hidden states were captured from; "
         "if the verifier changed on purpose, re-materialize hidden_states, then " + NEW_RUN,
-    )
-
-
-def acceptance_check_result(run: str, metadata: dict | None) -> dg.AssetCheckResult:
-    """`acceptance_length_above_floor`: the vLLM-measured acceptance length τ of the in-distribution set (from
-    the `eagle3_eval` materialization's `metadata`, None when there is none) against `min_acceptance_length`."""
-    if metadata is None:
-        return check_result(
-            False,
-            {"training_run": run},
-            failed=f"eagle3_eval of training run {run!r} has never been materialized",
-            fix=f"materialize eagle3_eval for partition {run!r} (after its eagle3_checkpoint)",
-        )
-    label = metadata["eval_set"]
-    tau, floor = metadata[f"{label}/acceptance_length"], metadata["min_acceptance_length"]
-    return check_result(
-        tau >= floor,
-        {"eval_set": label, "acceptance_length": tau, "min_acceptance_length": floor},
-        failed=f"acceptance length τ on {label} is {tau:.3f}, below min_acceptance_length {floor} (τ = 1 + "
-        "accepted/drafts, measured by vLLM)",
-        fix=f"train a better draft ({NEW_RUN} with more epochs or more training data) and evaluate it; the "
-        "per-position acceptance (acceptance_pos_k) shows where proposals stop being accepted; if the floor "
-        "is too strict for this verifier, re-materialize eagle3_eval with a lower min_acceptance_length",
     )

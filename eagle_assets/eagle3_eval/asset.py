@@ -22,7 +22,7 @@ Each prompt set's numbers carry its label as a key prefix (``heldout[demo]/accep
 different prompt sets, and training runs are separate partitions.
 
 Dagster wiring only: what to measure is :mod:`~eagle_assets.eagle3_eval.plan`, the measurement and its
-report :mod:`~eagle_assets.eagle3_eval.acceptance`.
+report :mod:`~eagle_assets.eagle3_eval.acceptance`, the checks' verdicts :mod:`~eagle_assets.eagle3_eval.checks`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
@@ -32,11 +32,10 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from eagle_assets.core.checks import check_result
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder, named_checkpoint
 from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
-from eagle_assets.eagle3_checkpoint.checks import acceptance_check_result
 from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
+from eagle_assets.eagle3_eval.checks import acceptance_check_result, counters_check_result
 from eagle_assets.eagle3_eval.evaluate import EvaluationError
 from eagle_assets.eagle3_eval.numbers import acceptance_table
 from eagle_assets.eagle3_eval.per_request import AGREEMENT
@@ -55,6 +54,7 @@ from eagle_assets.eagle3_eval.suite_sets import (
     check_suite_names,
     dataset_set,
     registered_sets,
+    suites_table,
 )
 from eagle_assets.eagle3_eval.suite_summary import summary_table
 from eagle_assets.plugin_manager import dataset_sources, eval_suites
@@ -142,15 +142,6 @@ def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRo
         raise dg.Failure(str(err)) from None
 
 
-def suites_table(report: EvalReport) -> str:
-    """The measured sets: label, name, version, category, prompts and skipped rows."""
-    lines = ["| prompt set | suite | version | category | prompts | skipped |", "|---|---|---|---|---|---|"]
-    for s in report.report["suites"]:
-        skipped = ", ".join(f"{kind} {n}" for kind, n in s["skipped"].items()) or "—"
-        lines.append(f"| {s['label']} | {s['name']} | {s['version']} | {s['category']} | {s['prompts']} | {skipped} |")
-    return "\n".join(lines)
-
-
 def per_request_metadata(report: EvalReport) -> dict:
     """A Markdown table per set, the plot of τ along the output (inline and as a file), requests.parquet."""
     meta = {}
@@ -173,7 +164,7 @@ def materialize_result(report: EvalReport, run: str, min_acceptance_length: floa
         metadata={
             **report.numbers,
             "acceptance": dg.MetadataValue.md(acceptance_table(report.numbers, report.labels)),
-            "suites": dg.MetadataValue.md(suites_table(report)),
+            "suites": dg.MetadataValue.md(suites_table(report.report["suites"])),
             **per_request_metadata(report),
             **({"sweep": dg.MetadataValue.md(report.sweep.table())} if report.sweep is not None else {}),
             "eval_set": plan.label,
@@ -289,33 +280,3 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         return counters_check_result(latest_metadata(context.instance, EAGLE3_EVAL, context.partition_key) or {})
 
     return {"assets": [eagle3_eval], "checks": [acceptance_length_above_floor, per_request_matches_counters]}
-
-
-def counters_check_result(metadata: dict) -> dg.AssetCheckResult:
-    """`per_request_matches_counters` from an `eagle3_eval` materialization's metadata (``{}``: none yet)."""
-    differences = {k.removesuffix("/tau_vs_counters"): v for k, v in metadata.items() if k.endswith("/tau_vs_counters")}
-    without = [
-        k.removesuffix("/requests_without_metrics")
-        for k, v in metadata.items()
-        if k.endswith("/requests_without_metrics") and v
-    ]
-    apart = {label: d for label, d in differences.items() if d > AGREEMENT}
-    passed = bool(differences) and not apart and not without
-    if not metadata:
-        failed, fix = "eagle3_eval has not been materialized for this training run", "materialize eagle3_eval"
-    elif not differences or without:
-        failed = f"requests came back without per-request statistics ({', '.join(without) or 'every set'})"
-        fix = (
-            "serve with --enable-per-request-metrics --per-request-spec-decode-metrics detailed (eagle3_eval adds "
-            "them to the servers it starts; an external server needs them on its command line), vLLM >= 0.32"
-        )
-    else:
-        failed = ", ".join(f"{label}: {d:.2%} apart" for label, d in apart.items()) + f" (more than {AGREEMENT:.0%})"
-        fix = "keep the speculating server to this evaluation alone while it measures (its counters are server-wide)"
-    return check_result(
-        passed,
-        {f"{label}/tau_vs_counters": d for label, d in differences.items()},
-        failed=failed,
-        fix=fix,
-        severity=dg.AssetCheckSeverity.WARN,
-    )

@@ -56,6 +56,15 @@ class SuiteSet:
         }
 
 
+def suites_table(records: Sequence[dict]) -> str:
+    """The measured sets (their :meth:`SuiteSet.record`): label, name, version, category, prompts and skipped rows."""
+    lines = ["| prompt set | suite | version | category | prompts | skipped |", "|---|---|---|---|---|---|"]
+    for s in records:
+        skipped = ", ".join(f"{kind} {n}" for kind, n in s["skipped"].items()) or "—"
+        lines.append(f"| {s['label']} | {s['name']} | {s['version']} | {s['category']} | {s['prompts']} | {skipped} |")
+    return "\n".join(lines)
+
+
 def check_suite_names(names: Sequence[str], registered: Mapping[str, EvalSuite]) -> None:
     """Every name is ``heldout``, ``ood`` or a registered suite, none twice, and ``heldout`` among them (the
     in-distribution τ the acceptance floor checks)."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dagster as dg
 
 from eagle_assets.eagle3_checkpoint.checks import (
-    acceptance_check_result,
     learned_check_result,
     loads_check_result,
     matches_verifier_check_result,
 )
+from eagle_assets.eagle3_eval.checks import acceptance_check_result
 from eagle_assets.prompts import asset as prompts
 from eagle_assets.prompts.collection import Collection
 from eagle_assets.prompts.records import Skip

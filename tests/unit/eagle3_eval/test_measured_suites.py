@@ -76,7 +76,8 @@ def measured(tmp_path: Path, server: ScriptedVLLM):
 def test_every_set_is_measured_per_request_and_agrees_with_the_counters(tmp_path):
     import dagster as dg
 
-    from eagle_assets.eagle3_eval.asset import counters_check_result, materialize_result
+    from eagle_assets.eagle3_eval.asset import materialize_result
+    from eagle_assets.eagle3_eval.checks import counters_check_result
 
     with ScriptedVLLM(str(tmp_path / "eagle3_checkpoint" / "0123abcd")) as server:
         report, log = measured(tmp_path, server)
@@ -126,7 +127,7 @@ def test_every_set_is_measured_per_request_and_agrees_with_the_counters(tmp_path
 
 
 def test_counters_that_count_more_than_the_requests_fail_the_cross_check(tmp_path):
-    from eagle_assets.eagle3_eval.asset import counters_check_result
+    from eagle_assets.eagle3_eval.checks import counters_check_result
 
     with ScriptedVLLM(str(tmp_path / "eagle3_checkpoint" / "0123abcd"), phantom_drafts=1) as server:
         report, log = measured(tmp_path, server)
@@ -137,7 +138,7 @@ def test_counters_that_count_more_than_the_requests_fail_the_cross_check(tmp_pat
 
 
 def test_a_server_without_per_request_statistics_is_measured_by_its_counters_and_named(tmp_path):
-    from eagle_assets.eagle3_eval.asset import counters_check_result
+    from eagle_assets.eagle3_eval.checks import counters_check_result
 
     with ScriptedVLLM(str(tmp_path / "eagle3_checkpoint" / "0123abcd"), per_request=False) as server:
         report, _ = measured(tmp_path, server)
