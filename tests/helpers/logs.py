@@ -14,3 +14,17 @@ class Lines:
 
     def text(self) -> str:
         return "\n".join(self.lines)
+
+
+class Levels:
+    """``context.log`` keeping info and warning lines apart, for tests that ask whether a warning was given."""
+
+    def __init__(self):
+        self.infos: list[str] = []
+        self.warnings: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.infos.append(message)
+
+    def warning(self, message: str) -> None:
+        self.warnings.append(message)

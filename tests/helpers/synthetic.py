@@ -66,6 +66,17 @@ def publish_table(root: Path, asset: str, partition: str, name: str, table: pa.T
     return publish_version(folder, version, lambda tmp: write_parquet(table, tmp / name)) / name
 
 
+def publish_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) -> Path:
+    """A current prompts table of (prompt_id, split, group_id) rows, with the columns eagle3_eval reads."""
+    table = pa.Table.from_pylist(
+        [
+            {"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
+            for pid, split, group in rows
+        ]
+    )
+    return publish_table(root, PROMPTS, partition, PROMPTS_FILE, table)
+
+
 def write_random_features(
     root: Path,
     partition: str,

@@ -24,19 +24,9 @@ from eagle_assets.eagle3_checkpoint.training import (
     training_record,
 )
 from tests.helpers.features import LAYERS, PARTITIONS, VOCAB
+from tests.helpers.logs import Levels
 
 BACKEND = VerifierBackend(name="transformers", description="configs read with transformers")
-
-
-class Log:
-    def __init__(self):
-        self.infos, self.warnings = [], []
-
-    def info(self, line):
-        self.infos.append(line)
-
-    def warning(self, line):
-        self.warnings.append(line)
 
 
 def features_of(root: Path, partition: str, *, sequences=True, index=True) -> None:
@@ -47,7 +37,7 @@ def features_of(root: Path, partition: str, *, sequences=True, index=True) -> No
 
 
 def test_partitions_are_the_requested_ones_or_every_one_with_features(tmp_path):
-    known, log = ["demo", "jsonl", "parquet"], Log()
+    known, log = ["demo", "jsonl", "parquet"], Levels()
     with pytest.raises(CheckpointTrainingError, match=r"partitions \['nope'\] are not registered dataset sources"):
         choose_partitions(["demo", "nope"], known, tmp_path, log)
     assert choose_partitions(["parquet"], known, tmp_path, log) == ["parquet"]  # as asked, materialized or not
@@ -74,7 +64,7 @@ def test_another_recipe_under_a_recorded_training_run_is_refused_with_its_change
 
 def test_planning_lays_out_the_training_folder_and_fills_the_settings_from_the_verifier(random_features, tmp_path):
     root, verifier = random_features
-    log = Log()
+    log = Levels()
     plan = plan_training(root, PARTITIONS, tmp_path / "work", BACKEND, verifier, TrainingSettings(epochs=1), log)
     assert plan.partitions == PARTITIONS and plan.data.num_rows == 24 and plan.data.manifest.layer_ids == LAYERS
     assert plan.data.path.is_relative_to(tmp_path / "work")
@@ -88,7 +78,7 @@ def test_planning_lays_out_the_training_folder_and_fills_the_settings_from_the_v
     assert log.infos[-1].startswith(f"draft vocabulary: {VOCAB // 2} of {VOCAB} tokens, covering ")
 
     set_vocab = plan_training(
-        root, PARTITIONS, tmp_path / "work", BACKEND, verifier, TrainingSettings(draft_vocab_size=64), Log()
+        root, PARTITIONS, tmp_path / "work", BACKEND, verifier, TrainingSettings(draft_vocab_size=64), Levels()
     )
     assert set_vocab.vocab.size == 64 and "draft_vocab_size" not in set_vocab.resolved_from_verifier
 
@@ -99,22 +89,22 @@ def test_planning_refuses_features_of_another_verifier_and_a_vocabulary_too_larg
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "rope_theta": 12345.0}))
     with pytest.raises(CheckpointTrainingError, match=r"were captured from verifier .* re-materialize hidden_states"):
-        plan_training(root, PARTITIONS, tmp_path / "work", BACKEND, other, TrainingSettings(), Log())
+        plan_training(root, PARTITIONS, tmp_path / "work", BACKEND, other, TrainingSettings(), Levels())
     with pytest.raises(CheckpointTrainingError, match=f"draft_vocab_size={VOCAB} must be between 1 and {VOCAB - 1}"):
         plan_training(
-            root, PARTITIONS, tmp_path / "w", BACKEND, verifier, TrainingSettings(draft_vocab_size=VOCAB), Log()
+            root, PARTITIONS, tmp_path / "w", BACKEND, verifier, TrainingSettings(draft_vocab_size=VOCAB), Levels()
         )
     with pytest.raises(
         CheckpointTrainingError,
         match=r"token_sequences/missing/versions/unpublished/sequences\.parquet is missing: "
         "materialize token_sequences",
     ):
-        plan_training(root, ["missing"], tmp_path / "w", BACKEND, verifier, TrainingSettings(), Log())
+        plan_training(root, ["missing"], tmp_path / "w", BACKEND, verifier, TrainingSettings(), Levels())
 
 
 def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_features, tmp_path, monkeypatch):
     root, verifier = random_features
-    plan = plan_training(root, PARTITIONS, tmp_path / "work", BACKEND, verifier, TrainingSettings(), Log())
+    plan = plan_training(root, PARTITIONS, tmp_path / "work", BACKEND, verifier, TrainingSettings(), Levels())
     best = tmp_path / "run" / "checkpoints" / "checkpoint_best"
     best.mkdir(parents=True)
     (best / "config.json").write_text('{"speculators_model_type": "eagle3"}')
@@ -137,7 +127,7 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
 
     record = dict(training_run="v1", recipe={"epochs": 5}, code_version="eagle3_checkpoint-3", dagster_run_id="abc")
     kept = train_and_keep(
-        plan, BACKEND, verifier, tmp_path / "work", tmp_path / "checkpoints", lineage_of, Log(), **record
+        plan, BACKEND, verifier, tmp_path / "work", tmp_path / "checkpoints", lineage_of, Levels(), **record
     )
     assert calls == [(plan.data, plan.vocab, str(verifier), plan.settings, tmp_path / "work")]
     expected = training_record(plan, trained, backend_name="transformers", model_path=verifier, **record)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from eagle_assets.core.layout import PROMPTS, PROMPTS_FILE
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
 from tests.helpers.http import LocalServer, Reply
+from tests.helpers.synthetic import publish_prompts
 
 
 def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
@@ -36,32 +36,17 @@ def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
 
 
 # ---------------------------------------------------------------------------- which prompts are sent
-def _write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) -> None:
-    """A prompts table of (prompt_id, split, group_id) rows, with the columns eagle3_eval reads."""
-    import pyarrow as pa
-
-    from tests.helpers.synthetic import publish_table
-
-    table = pa.Table.from_pylist(
-        [
-            {"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
-            for pid, split, group in rows
-        ]
-    )
-    publish_table(root, PROMPTS, partition, PROMPTS_FILE, table)
-
-
 def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
     """Every held-out problem trained on (prompts re-split after training), or no heldout rows at all:
     eagle3_eval stops before starting a server, saying which and what to re-materialize."""
     from eagle_assets.eagle3_eval.eval_sets import EvalSetError, TrainedOn, heldout_set, require_prompts
 
-    _write_prompts(tmp_path, "resplit", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3")])
+    publish_prompts(tmp_path, "resplit", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3")])
     trained = TrainedOn(prompt_ids=frozenset({"c"}), group_ids=frozenset({"g1", "g2", "g3"}))
     chosen = heldout_set("in-distribution", tmp_path, ["resplit"], 64, trained)
     with pytest.raises(EvalSetError, match=r"left once the 2 whose problem .* re-materialize eagle3_checkpoint"):
         require_prompts(chosen)
-    _write_prompts(tmp_path, "trainonly", [("d", "train", "g4"), ("e", "validation", "g5")])
+    publish_prompts(tmp_path, "trainonly", [("d", "train", "g4"), ("e", "validation", "g5")])
     with pytest.raises(EvalSetError, match=r"\['trainonly'\] have no heldout rows: .* larger heldout_fraction"):
         require_prompts(heldout_set("in-distribution", tmp_path, ["trainonly"], 64, trained))
     kept = heldout_set("in-distribution", tmp_path, ["resplit"], 64, TrainedOn(frozenset(), frozenset({"g1"})))

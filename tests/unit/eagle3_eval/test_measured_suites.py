@@ -18,18 +18,8 @@ from eagle_assets.eagle3_eval.suite_sets import SuiteSet, request_of
 from eagle_assets.reasoning_samples.requests import PromptRequest
 from eagle_assets.resources import VLLMServer
 from eagle_assets.suites import SuitePrompt
+from tests.helpers.logs import Levels
 from tests.unit.eagle3_eval.scripted import ScriptedVLLM
-
-
-class Log:
-    def __init__(self):
-        self.infos, self.warnings = [], []
-
-    def info(self, line):
-        self.infos.append(line)
-
-    def warning(self, line):
-        self.warnings.append(line)
 
 
 def requests(*prompt_ids: str) -> list[PromptRequest]:
@@ -58,7 +48,7 @@ def quick_settling(monkeypatch):
 
 def measured(tmp_path: Path, server: ScriptedVLLM):
     checkpoint = tmp_path / "eagle3_checkpoint" / "0123abcd"
-    log = Log()
+    log = Levels()
     report = measure_acceptance(
         a_plan(checkpoint),
         AcceptanceSettings(num_speculative_tokens=3, max_tokens=64, concurrency=2),

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 
 from eagle_assets.core.files import write_json, write_parquet
-from eagle_assets.core.layout import PROMPTS, PROMPTS_FILE
 from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,
     check_checkpoint,
@@ -21,29 +20,8 @@ from eagle_assets.eagle3_eval.plan import (
     set_label,
     training_partitions,
 )
-from tests.helpers.synthetic import publish_table
-
-
-class Log:
-    def __init__(self):
-        self.infos, self.warnings = [], []
-
-    def info(self, line):
-        self.infos.append(line)
-
-    def warning(self, line):
-        self.warnings.append(line)
-
-
-def write_prompts(root: Path, partition: str, rows: list[tuple[str, str, str]]) -> None:
-    """A prompts table of (prompt_id, split, group_id) rows, with the columns eagle3_eval reads."""
-    table = pa.Table.from_pylist(
-        [
-            {"prompt_id": pid, "messages": [{"role": "user", "content": pid}], "split": split, "group_id": group}
-            for pid, split, group in rows
-        ]
-    )
-    publish_table(root, PROMPTS, partition, PROMPTS_FILE, table)
+from tests.helpers.logs import Levels
+from tests.helpers.synthetic import publish_prompts
 
 
 def write_checkpoint(folder: Path, training_run: str | None, partitions: list[str], trained: list[tuple[str, str]]):
@@ -82,23 +60,23 @@ def test_out_of_distribution_partitions_are_evaluation_only_sources(tmp_path):
     evaluation_only = evaluation_only_sources(sources)
     assert evaluation_only == ["demo_ood", "mine"]
     with pytest.raises(EvalPlanError, match=r"ood_partitions \['demo'\] are not evaluation-only sources"):
-        ood_partitions(["demo_ood", "demo"], evaluation_only, tmp_path, Log())
-    assert ood_partitions([], evaluation_only, tmp_path, Log()) == []
-    assert ood_partitions(["mine"], evaluation_only, tmp_path, Log()) == ["mine"]  # as asked, even unmaterialized
-    write_prompts(tmp_path, "demo_ood", [("o1", "heldout", "x")])
-    log = Log()
+        ood_partitions(["demo_ood", "demo"], evaluation_only, tmp_path, Levels())
+    assert ood_partitions([], evaluation_only, tmp_path, Levels()) == []
+    assert ood_partitions(["mine"], evaluation_only, tmp_path, Levels()) == ["mine"]  # as asked, even unmaterialized
+    publish_prompts(tmp_path, "demo_ood", [("o1", "heldout", "x")])
+    log = Levels()
     assert ood_partitions(None, evaluation_only, tmp_path, log) == ["demo_ood"]
     assert log.infos == ["evaluation-only partitions without materialized prompts, not evaluated: ['mine']"]
     assert set_label("ood", ["demo_ood", "mine"]) == "ood[demo_ood+mine]"
 
 
 def test_the_plan_holds_both_sets_without_the_problems_the_checkpoint_trained_on(tmp_path):
-    write_prompts(
+    publish_prompts(
         tmp_path, "demo", [("a", "heldout", "g1"), ("b", "heldout", "g2"), ("c", "train", "g3"), ("d", "heldout", "g4")]
     )
-    write_prompts(tmp_path, "demo_ood", [("o2", "heldout", "x2"), ("o1", "heldout", "x1"), ("o3", "heldout", "g3")])
+    publish_prompts(tmp_path, "demo_ood", [("o2", "heldout", "x2"), ("o1", "heldout", "x1"), ("o3", "heldout", "g3")])
     checkpoint = write_checkpoint(tmp_path / "eagle3_checkpoint" / "aaaa", "v1", ["demo"], [("c", "g3"), ("z", "g2")])
-    log = Log()
+    log = Levels()
     plan = plan_evaluation(
         checkpoint,
         tmp_path,
@@ -124,14 +102,14 @@ def test_the_plan_holds_both_sets_without_the_problems_the_checkpoint_trained_on
         ood_requested=[],
         evaluation_only=["demo_ood"],
         max_prompts=1,
-        log=Log(),
+        log=Levels(),
     )
     assert [r.prompt_id for r in capped.heldout.requests] == ["a"] and capped.ood.requests == []
     assert capped.ood_label is None
 
 
 def test_a_plan_without_prompts_to_send_is_refused_before_any_server_starts(tmp_path):
-    write_prompts(tmp_path, "demo", [("a", "heldout", "g1"), ("c", "train", "g3")])
+    publish_prompts(tmp_path, "demo", [("a", "heldout", "g1"), ("c", "train", "g3")])
     checkpoint = write_checkpoint(tmp_path / "ckpt", "v1", [], [("a", "g1")])
     with pytest.raises(EvalPlanError, match=r"no held-out prompt of \['demo'\] is left once the 1"):
         plan_evaluation(
@@ -142,7 +120,7 @@ def test_a_plan_without_prompts_to_send_is_refused_before_any_server_starts(tmp_
             ood_requested=[],
             evaluation_only=[],
             max_prompts=8,
-            log=Log(),
+            log=Levels(),
         )
     json_file = checkpoint / "training.json"
     json_file.write_text(json.dumps({"data": {"folder": str(tmp_path / "moved")}}))
@@ -155,7 +133,7 @@ def test_a_plan_without_prompts_to_send_is_refused_before_any_server_starts(tmp_
             ood_requested=[],
             evaluation_only=[],
             max_prompts=8,
-            log=Log(),
+            log=Levels(),
         )
     with pytest.raises(EvalPlanError, match="ood_partitions"):
         write_checkpoint(tmp_path / "ok", "v1", ["demo"], [("q", "gq")])
@@ -167,5 +145,5 @@ def test_a_plan_without_prompts_to_send_is_refused_before_any_server_starts(tmp_
             ood_requested=["demo"],
             evaluation_only=[],
             max_prompts=8,
-            log=Log(),
+            log=Levels(),
         )

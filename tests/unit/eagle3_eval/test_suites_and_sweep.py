@@ -20,14 +20,7 @@ from eagle_assets.reasoning_samples.requests import PromptRequest
 from eagle_assets.reasoning_samples.turns import Conversation
 from eagle_assets.sources import SkippedRow
 from eagle_assets.suites import EvalSuite, SuitePrompt, SuiteUnavailable
-
-
-class Log:
-    def __init__(self):
-        self.warnings = []
-
-    def warning(self, line):
-        self.warnings.append(line)
+from tests.helpers.logs import Levels
 
 
 class Listed(EvalSuite):
@@ -56,7 +49,7 @@ def test_suite_names_are_checked_before_anything_is_sent():
     with pytest.raises(SuiteError, match="leave out 'heldout': the held-out τ is what the acceptance floor checks"):
         check_suite_names(["gsm8k"], registered)
     with pytest.raises(SuiteError, match=r"suite_locations names suites \['aime'\] that `suites` does not list"):
-        registered_sets(["heldout"], registered, {"aime": "/data/aime"}, 8, Log())
+        registered_sets(["heldout"], registered, {"aime": "/data/aime"}, 8, Levels())
 
 
 def test_a_registered_suite_keeps_its_first_prompts_counts_its_bad_rows_and_records_its_version():
@@ -67,7 +60,7 @@ def test_a_registered_suite_keeps_its_first_prompts_counts_its_bad_rows_and_reco
         SuitePrompt("2", ("b?", "c?"), "writing"),
         SuitePrompt("3", ("d?",), "math"),
     ]
-    log = Log()
+    log = Levels()
     chosen = registered_set(Listed(rows), None, 2, log)
     assert [item.prompt_id for item in chosen.items] == ["1", "2"]
     assert isinstance(chosen.items[0], PromptRequest) and isinstance(chosen.items[1], Conversation)
@@ -87,10 +80,10 @@ def test_a_registered_suite_keeps_its_first_prompts_counts_its_bad_rows_and_reco
 
 def test_a_suite_that_cannot_be_read_or_has_nothing_usable_names_what_to_set():
     with pytest.raises(SuiteError, match=r"'gone' does not exist\. Set eagle3_eval's suite_locations"):
-        registered_set(Listed([]), "gone", 8, Log())
+        registered_set(Listed([]), "gone", 8, Levels())
     bad = [SkippedRow("t.jsonl#0", "'question' is empty", "empty_text")]
     with pytest.raises(SuiteError, match=r"has no usable prompt \(skipped: \{'empty_text': 1\}\); point eagle3_eval"):
-        registered_set(Listed(bad), "/data/t.jsonl", 8, Log())
+        registered_set(Listed(bad), "/data/t.jsonl", 8, Levels())
     assert isinstance(request_of(SuitePrompt("x", ("only",), "c")), PromptRequest)
 
 
