@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,9 @@ class ExtractionRequest:
     # The storage dtype the sink writes ("bfloat16" or "fp8"). A backend may quantize to fp8 itself
     # (less to copy off the GPU) and hand over e4m3 states + scales; otherwise the sink quantizes.
     feature_dtype: str = "bfloat16"
+    # Engine keyword arguments from the verifier resource, for a backend that builds an engine (vLLM's
+    # ``EngineArgs``); a backend without one ignores them.
+    engine_args: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _edge_hash(path: Path) -> str:

@@ -57,7 +57,7 @@ class VLLMBackend(VerifierBackend):
             trust_remote_code=self.trust_remote_code,
             dtype="float32" if request.dtype in ("float32", "fp32") else "bfloat16",
             feature_dtype=request.feature_dtype,
-            extra=self.engine_extra,
+            extra={**self.engine_extra, **request.engine_args},
         )
 
     def read_connector_file(

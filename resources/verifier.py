@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -66,6 +66,12 @@ class Verifier(dg.ConfigurableResource):
         gt=0,
         description="Padded tokens per extraction batch (rows x longest row); 16384 = 8 rows of 2K on one H200.",
     )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More vLLM engine arguments for the extraction engine of the vllm and kimi backends (as "
+        '`vllm.LLM` takes them, e.g. {"gpu_memory_utilization": 0.85}); empty = none, or the embedded '
+        "verifier's own when model_path is empty.",
+    )
 
     def resolved_model_path(self) -> Path:
         if self.model_path:
@@ -77,6 +83,11 @@ class Verifier(dg.ConfigurableResource):
                 )
             return path
         return embedded_verifier(self.embedded).path()
+
+    def resolved_engine_args(self) -> dict[str, Any]:
+        """``engine_args``, over the embedded verifier's own when it is the one read."""
+        preset = {} if self.model_path else embedded_verifier(self.embedded).engine_args()
+        return {**preset, **self.engine_args}
 
     def get_backend(self) -> VerifierBackend:
         return verifier_backend(self.backend)

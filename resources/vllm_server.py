@@ -48,7 +48,6 @@ from eagle_assets.tiny_verifier.embedded import embedded_verifier
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 # vLLM's speculative decoding switch; its JSON names the method, the draft and K.
 SPECULATIVE_FLAG = "--speculative-config"
-EAGER_FLAG = "--enforce-eager"
 _fallback_log = logging.getLogger("eagle_assets.vllm_server")
 
 
@@ -176,9 +175,8 @@ class VLLMServer(dg.ConfigurableResource):
         argv.append("--disable-uvicorn-access-log")
         if not self.model:
             preset = embedded_verifier(self.embedded)
-            argv += preset.serve_args
-            if preset.eager and EAGER_FLAG not in self.extra_args:
-                argv.append(EAGER_FLAG)
+            # The preset's engine flags first: extra_args (last) win where they repeat one.
+            argv += [*preset.serve_args, *preset.engine_flags()]
         return argv + list(self.extra_args)
 
     def launch_env(self) -> dict[str, str]:

@@ -121,6 +121,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             dtype=verifier.dtype,
             batch_tokens=verifier.batch_tokens,
             disk_headroom_gb=config.disk_headroom_gb,
+            engine_args=verifier.resolved_engine_args(),
         )
         folder = asset_folder(storage.root, HIDDEN_STATES, partition)
         try:

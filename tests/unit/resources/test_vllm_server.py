@@ -48,6 +48,17 @@ def test_kimi_preset_is_tensor_parallel_8_with_its_reasoning_parser():
     assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
     assert argv[argv.index("--reasoning-parser") + 1] == "kimi_k2"
     assert "--trust-remote-code" in argv and argv[argv.index("--port") + 1] == "9000"
+    # A production model is compiled: the embedded verifiers' eager serving never reaches it.
+    assert "--enforce-eager" not in argv and "--compilation-config" not in argv
+
+
+def test_embedded_verifiers_are_served_eager_and_tiny_kimi_without_vllm_cpus_rotary_op():
+    qwen3 = VLLMServer(embedded="tiny-qwen3").command("/cache/tiny-qwen3")
+    assert "--enforce-eager" in qwen3 and "--compilation-config" not in qwen3
+    kimi = VLLMServer(embedded="tiny-kimi", extra_args=["--seed", "1"]).command("/cache/tiny-kimi")
+    assert "--enforce-eager" in kimi and kimi[-2:] == ["--seed", "1"]  # the user's arguments come last
+    assert json.loads(kimi[kimi.index("--compilation-config") + 1]) == {"custom_ops": ["all", "-rotary_embedding"]}
+    assert "--enforce-eager" not in VLLMServer(model="/models/m").command("/models/m")
 
 
 def test_a_port_taken_by_another_process_is_a_clear_error(tmp_path):
