@@ -188,7 +188,8 @@ def demo_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def kimi_demo_run(tmp_path_factory, demo_run, second_training_run, kimi_server_config, kimi_server):
     """tiny-kimi's demo in tiny-qwen3's DAGSTER_HOME and storage root, once the qwen3 demo and the training
-    run beside it have ended (`make demo` then `make demo VERIFIER=tiny-kimi`): its capture attaches to the
+    beside it have ended (`make demo` then `make demo VERIFIER=tiny-kimi`; that run's evaluation goes on
+    beside it): its capture attaches to the
     session's tiny-kimi server (served as the demo serves it, on the port given to the demo) instead of
     starting another; its speculating server is its own. Tests read it through tests/e2e/conftest.py's
     ``kimi_demo``."""
@@ -233,22 +234,37 @@ def back_demo_run(tmp_path_factory, demo_run, kimi_demo_run):
     run.close()
 
 
-@pytest.fixture(scope="session")
-def second_training_run(tmp_path_factory, demo_run):
-    """The evaluation tests' second training run beside the demo's (tests/helpers/demo.py), trained and
-    evaluated in the background as soon as the demo has ended; tests/e2e/test_evaluation.py reads it."""
+def _second_run_step(step: str, tmp_path_factory, demo_run, after):
+    """``step`` of the evaluation tests' second training run beside the demo's (tests/helpers/demo.py), in the
+    background once ``after`` is ready."""
     from tests.helpers.background import HEAVY, InBackground
-    from tests.helpers.demo import trained_beside
+    from tests.helpers.demo import second_run_step
     from tests.helpers.processes import kill_group
 
-    base, started = tmp_path_factory.mktemp("second-run"), []
-    run = InBackground(
-        "second training run",
-        lambda: trained_beside(demo_run.value(), base, started),
+    base, started = tmp_path_factory.mktemp(f"second-run-{step}"), []
+    return InBackground(
+        f"second training run {step}",
+        lambda: second_run_step(demo_run.value(), base, step, started),
         on_abort=lambda: [demo_run.abort(), *(kill_group(proc) for proc in started)],
-        after=demo_run.value,
+        after=after,
         gate=HEAVY,
     )
+
+
+@pytest.fixture(scope="session")
+def second_training_run(tmp_path_factory, demo_run):
+    """The second training run trained on the demo's data as soon as the demo has ended;
+    tests/e2e/test_evaluation.py reads it."""
+    run = _second_run_step("trained", tmp_path_factory, demo_run, after=demo_run.value)
+    yield run
+    run.close()
+
+
+@pytest.fixture(scope="session")
+def second_run_evaluation(tmp_path_factory, demo_run, second_training_run):
+    """The second training run's evaluation, once it is trained (beside the tiny-kimi demo, which only needed
+    the training to have read the qwen3 demo's data); tests/e2e/test_evaluation.py reads it."""
+    run = _second_run_step("evaluated", tmp_path_factory, demo_run, after=second_training_run.value)
     yield run
     run.close()
 
@@ -279,6 +295,7 @@ STARTED_EARLY = (
     "kimi_demo_run",
     "demo_run",
     "second_training_run",
+    "second_run_evaluation",
     "vllm_extraction_run",
     "kimi_server",
     "vllm_server",

@@ -22,7 +22,7 @@ def _metadata(materialization) -> dict:
 
 
 @pytest.fixture(scope="module")
-def evaluated(demo, second_training_run):
+def evaluated(demo, second_training_run, second_run_evaluation):
     """The demo's instance and storage root (tests/e2e/conftest.py) with a second training run beside the
     demo's: RECIPES' second recipe trained on the demo's data, then ``eagle3_eval`` of it (its own
     speculating server, on the port after the demo's), run in a process of its own on the demo's
@@ -38,7 +38,7 @@ def evaluated(demo, second_training_run):
     from eagle_assets.resources import StorageRoot
     from eagle_assets.resources.embedded import embedded_resources
 
-    outcome = second_training_run.value()
+    outcome = {"trained": second_training_run.value(), "evaluated": second_run_evaluation.value()}
     assert outcome["trained"]["success"]
     assert outcome["evaluated"]["success"]
     built = [family.build(source_partitions()) for family in (eagle3_checkpoint, eagle3_eval)]

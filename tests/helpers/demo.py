@@ -114,8 +114,8 @@ def demo_after_a_killed_one(base: Path, verifier: str, port: int, started: list)
 SECOND_RUN = "one-epoch"
 SECOND_RECIPE = {"epochs": 1}
 SECOND_EVAL = {"max_prompts": 12, "max_tokens": 384, "min_acceptance_length": 1.0}
-# argv: storage root, embedded verifier, the demo's port, training run, training config and eval config (JSON),
-# the JSON file for the two runs' ids and outcomes. DAGSTER_HOME is the demo's.
+# argv: storage root, embedded verifier, the demo's port, training run, the step ("trained" or "evaluated"), its
+# config (JSON), the JSON file for the step's run id and outcome. DAGSTER_HOME is the demo's.
 _SECOND_RUN_SCRIPT = """
 import json, sys
 import dagster as dg
@@ -127,24 +127,19 @@ from eagle_assets.orchestration.recovery import in_process_runs
 from eagle_assets.resources import StorageRoot
 from eagle_assets.resources.embedded import embedded_resources
 if __name__ == "__main__":
-    root, verifier, port, run, train, evaluate, out = sys.argv[1:8]
+    root, verifier, port, run, step, config, out = sys.argv[1:8]
     built = [family.build(source_partitions()) for family in (eagle3_checkpoint, eagle3_eval)]
     defs = [d for b in built for d in (*b["assets"], *b.get("checks", []))]
     resources = {"storage": StorageRoot(root=root), **embedded_resources(verifier, port=int(port))}
-    outcome = {}
+    op, selection = {"trained": ("eagle3_checkpoint", ["eagle3_checkpoint"]),
+                     "evaluated": ("eagle3_eval", dg.AssetSelection.assets("eagle3_eval"))}[step]
     with dg.DagsterInstance.get() as instance, in_process_runs(instance, by="test") as worker:
         add_training_run(instance, run)
-        steps = [("trained", "eagle3_checkpoint", ["eagle3_checkpoint"], train),
-                 ("evaluated", "eagle3_eval", dg.AssetSelection.assets("eagle3_eval"), evaluate)]
-        for step, op, selection, config in steps:
-            result = dg.materialize(defs, selection=selection, instance=instance, resources=resources,
-                                    partition_key=run, tags=worker, raise_on_error=False,
-                                    run_config={"ops": {op: {"config": json.loads(config)}}})
-            outcome[step] = {"success": result.success, "run_id": result.run_id}
-            if not result.success:
-                break
+        result = dg.materialize(defs, selection=selection, instance=instance, resources=resources,
+                                partition_key=run, tags=worker, raise_on_error=False,
+                                run_config={"ops": {op: {"config": json.loads(config)}}})
     with open(out, "w") as fh:
-        json.dump(outcome, fh)
+        json.dump({"success": result.success, "run_id": result.run_id}, fh)
 """
 
 
@@ -158,14 +153,15 @@ def second_run_config() -> dict:
 
 
 @contextmanager
-def trained_beside(demo: Demo, base: Path, started: list) -> Iterator[dict]:
-    """``SECOND_RUN`` trained on the demo's data, then evaluated (its own speculating server, on the port after
-    the demo's) with ``SECOND_EVAL``, in a process of its own on the demo's resources and instance. Yields
-    {"trained": {"success", "run_id"}, "evaluated": {...}}; the process is appended to ``started``."""
+def second_run_step(demo: Demo, base: Path, step: str, started: list) -> Iterator[dict]:
+    """One step of ``SECOND_RUN`` in a process of its own on the demo's resources and instance: ``"trained"``
+    (the second recipe on the demo's data) or ``"evaluated"`` (``SECOND_EVAL``, its own speculating server on
+    the port after the demo's). Yields {"success", "run_id"}; the process is appended to ``started``."""
     import json
     import sys
 
-    out, log = base / "second-run.json", base / "second-run.log"
+    out, log = base / f"second-run-{step}.json", base / f"second-run-{step}.log"
+    config = second_run_config() if step == "trained" else SECOND_EVAL
     argv = [
         sys.executable,
         "-c",
@@ -174,16 +170,16 @@ def trained_beside(demo: Demo, base: Path, started: list) -> Iterator[dict]:
         demo.verifier,
         str(demo.port),
         SECOND_RUN,
-        json.dumps(second_run_config()),
-        json.dumps(SECOND_EVAL),
+        step,
+        json.dumps(config),
         str(out),
     ]
     env = {k: demo.env[k] for k in ("EAGLE_ASSETS_DATA", "VLLM_CPU_KVCACHE_SPACE")}
-    second = start(argv, demo.home, log, niceness=NICENESS, **env)
-    started.append(second)
+    process = start(argv, demo.home, log, niceness=NICENESS, **env)
+    started.append(process)
     try:
-        returncode = second.wait(timeout=DEMO_TIMEOUT_S)
+        returncode = process.wait(timeout=DEMO_TIMEOUT_S)
     finally:
-        kill_group(second)
-    assert returncode == 0, f"the second training run crashed:\n{log.read_text()[-4000:]}"
+        kill_group(process)
+    assert returncode == 0, f"the second training run's step {step!r} crashed:\n{log.read_text()[-4000:]}"
     yield json.loads(out.read_text())
