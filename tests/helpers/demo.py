@@ -14,9 +14,6 @@ from tests.helpers.runs import BIN, KV_CACHE_GB, dagster_home, start, stop_serve
 
 FIRST_SAMPLES_TIMEOUT_S = 900
 DEMO_TIMEOUT_S = 3600
-# The demos run in the background, beside the tests (tests/conftest.py): at a lower priority, on what the
-# tests leave of the CPU.
-NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ def _environment(base: Path) -> dict[str, str]:
 def _complete(verifier: str, base: Path, port: int, env: dict[str, str], started: list) -> str:
     """Run the demo to its end; its stdout, asserting it succeeded."""
     out, err = base / "demo.stdout", base / "demo.stderr"
-    demo = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), out, stderr=err, niceness=NICENESS, **env)
+    demo = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), out, stderr=err, **env)
     started.append(demo)
     try:
         returncode = demo.wait(timeout=DEMO_TIMEOUT_S)
@@ -90,7 +87,7 @@ def demo_after_a_killed_one(base: Path, verifier: str, port: int, started: list)
 
     env = _environment(base)
     killed_log = base / "killed.log"
-    killed = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), killed_log, niceness=NICENESS, **env)
+    killed = start(_command(verifier, port), Path(env["DAGSTER_HOME"]), killed_log, **env)
     started.append(killed)
     try:
         wait_until(
@@ -175,7 +172,7 @@ def second_run_step(demo: Demo, base: Path, step: str, started: list) -> Iterato
         str(out),
     ]
     env = {k: demo.env[k] for k in ("EAGLE_ASSETS_DATA", "VLLM_CPU_KVCACHE_SPACE")}
-    process = start(argv, demo.home, log, niceness=NICENESS, **env)
+    process = start(argv, demo.home, log, **env)
     started.append(process)
     try:
         returncode = process.wait(timeout=DEMO_TIMEOUT_S)

@@ -59,16 +59,12 @@ def write_run_config(path: Path, config: dict) -> Path:
     return path
 
 
-def start(
-    argv: list[str], home: Path, log: Path, stderr: Path | None = None, niceness: int = 0, **env
-) -> subprocess.Popen:
+def start(argv: list[str], home: Path, log: Path, stderr: Path | None = None, **env) -> subprocess.Popen:
     """A subprocess in its own session, so the whole tree can be killed as a container kill would; its
-    output appended to ``log`` (stderr too, unless ``stderr`` names a file of its own). ``niceness``: run
-    it and everything it starts at that lower priority (what runs in the background yields the CPU to
-    the tests)."""
+    output appended to ``log`` (stderr too, unless ``stderr`` names a file of its own)."""
     with open(log, "ab") as out, open(stderr or os.devnull, "ab") as err:
         return subprocess.Popen(
-            ["nice", "-n", str(niceness), *argv] if niceness else argv,
+            argv,
             cwd=REPO,
             stdout=out,
             stderr=err if stderr else subprocess.STDOUT,
