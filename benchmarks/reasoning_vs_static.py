@@ -29,10 +29,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eagle_assets.core.files import publish_version, write_parquet
-from eagle_assets.core.layout import SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder, prompts_file, read_training_record
+from eagle_assets.core.layout import TOKEN_SEQUENCES, asset_folder, prompts_file, read_training_record
 from eagle_assets.core.partitions import add_training_run, latest_checkpoint
-from eagle_assets.core.tables import table_version
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import DEMO_OPS
 from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
@@ -44,8 +42,9 @@ from eagle_assets.prompts import asset as prompts
 from eagle_assets.reasoning_samples import asset as reasoning_samples
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.token_sequences import asset as token_sequences
-from eagle_assets.token_sequences.asset import renderer
-from eagle_assets.token_sequences.build import VERSIONED_COLUMNS, Policy, build_rows
+from eagle_assets.token_sequences.build import Policy, build_rows
+from eagle_assets.token_sequences.drift import DriftReport
+from eagle_assets.token_sequences.tokenize_partition import local_template, publish_sequences
 
 FAMILIES = (prompts, reasoning_samples, token_sequences, hidden_states, eagle3_checkpoint)
 TRAINING_SPLITS = {"config": {"splits": ["train", "validation"]}}
@@ -107,14 +106,10 @@ def static_sequences(root: Path, partition: str, verifier) -> int:
     )
     messages = {r["prompt_id"]: [dict(m) for m in r["messages"]] for r in rows}
     splits = {r["prompt_id"]: r["split"] for r in rows}
-    render, _ = renderer(verifier)
-    built = build_rows(samples, messages, splits, render, Policy(16384, "truncate", ("train", "validation")))
-    sequences = built.table()
-    publish_version(
-        asset_folder(root, TOKEN_SEQUENCES, partition),
-        table_version(sequences, VERSIONED_COLUMNS),
-        lambda tmp: write_parquet(sequences, tmp / SEQUENCES_FILE),
-    )
+    template = local_template(verifier)
+    built = build_rows(samples, messages, splits, template.render, Policy(16384, "truncate", ("train", "validation")))
+    # Rendered here from the dataset's answers: no server tokens, so no drift to measure.
+    publish_sequences(asset_folder(root, TOKEN_SEQUENCES, partition), built.table(), template, DriftReport())
     return len(built.prompt_ids)
 
 

@@ -101,13 +101,22 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
           the rows; the files and index are the same.
         - **disk**: the write is estimated first; the run fails before loading the model when free
           space is short of estimate + `disk_headroom_gb`.
+        - **made for this verifier**: rows whose `token_sequences` record names another tokenizer, or a
+          prompt drift above the `template_drift` limit, are refused before anything is loaded or written.
         """
         partition = context.partition_key
+        model_path = verifier.resolved_model_path()
         try:
-            rows = select_rows(sequences_file(storage.root, partition), Path(storage.root), partition, config.splits)
+            rows = select_rows(
+                sequences_file(storage.root, partition),
+                Path(storage.root),
+                partition,
+                config.splits,
+                model_path=model_path,
+            )
         except HiddenStatesInputError as err:
             raise dg.Failure(description=str(err)) from None
-        backend, model_path = verifier.get_backend(), verifier.resolved_model_path()
+        backend = verifier.get_backend()
         try:
             devices = verifier.extraction_devices()
         except ValueError as err:

@@ -1,5 +1,6 @@
-"""The ``hidden_states`` stage without Dagster: which rows to extract, whether the disk holds them, the
-extraction itself, and the ``index.parquet`` + ``manifest.json`` published after it.
+"""The ``hidden_states`` stage without Dagster: which rows to extract (only rows made for this verifier),
+whether the disk holds them, the extraction itself, and the ``index.parquet`` + ``manifest.json`` published
+after it.
 
 Tensor files are content-addressed (:func:`~eagle_assets.hidden_states.files.content_id`), shared by
 every version in the partition's ``tensors/`` and never rewritten, so the to-do list is whatever is not
@@ -10,6 +11,7 @@ column is relative to the partition folder.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -23,12 +25,14 @@ from eagle_assets.backends import ExtractionRequest, VerifierBackend
 from eagle_assets.capacity import feature_bytes_per_token
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.core.files import file_sha256, remove_stale_temporaries
-from eagle_assets.core.layout import BF16, SCRATCH_DIR, TENSORS_DIR
+from eagle_assets.core.layout import BF16, SCRATCH_DIR, TENSORS_DIR, TOKENIZATION_FILE
 from eagle_assets.core.tables import list_rows
 from eagle_assets.hidden_states.files import SampleWriter, content_id, relative_path
 from eagle_assets.hidden_states.index import index_table, indexed_hashes, manifest_of, publish_index
 from eagle_assets.hidden_states.parallel import extract_on_devices
 from eagle_assets.prompts.splits import read_current_splits
+from eagle_assets.reasoning_samples.recipe import tokenizer_hash
+from eagle_assets.token_sequences.drift import MAX_PROMPT_MISMATCH_RATE, PROMPT_DRIFT_FIX
 
 GB = 1e9
 LOG_EVERY_S = 5.0
@@ -39,6 +43,11 @@ class HiddenStatesInputError(ValueError):
     """The rows to extract cannot be read; the message names the asset to materialize first."""
 
 
+class SequencesNotForVerifier(HiddenStatesInputError):
+    """The token_sequences version was made for another tokenizer, or its prompts drifted beyond the
+    template_drift limit; the message names the numbers and the fix."""
+
+
 class NotEnoughDisk(RuntimeError):
     """The estimated write does not fit the disk with the headroom left; ``metadata`` holds the numbers."""
 
@@ -47,11 +56,47 @@ class NotEnoughDisk(RuntimeError):
         self.metadata = metadata
 
 
-def select_rows(sequences_file: Path, storage_root: Path, partition: str, splits: Sequence[str] = ()) -> pa.Table:
+def check_made_for_verifier(sequences_file: Path, model_path: Path, partition: str) -> None:
+    """:class:`SequencesNotForVerifier` unless the ``tokenization.json`` beside ``sequences_file`` records the
+    tokenizer of the verifier folder ``model_path`` and a prompt drift within the template_drift limit.
+
+    The record, not the rows, is read: that costs nothing at any size. The blocking template_drift check
+    stops hidden_states only in the run that made the rows; a later run is stopped here."""
+    record_path = sequences_file.with_name(TOKENIZATION_FILE)
+    record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    made_for, drift = record.get("tokenizer_hash"), record.get("drift") or {}
+    rate = drift.get("drift_prompt_mismatch_rate")
+    if made_for is None or rate is None:
+        raise SequencesNotForVerifier(
+            f"{record_path} is missing or records no tokenizer_hash or drift, so nothing shows which verifier the "
+            f"rows of token_sequences[{partition}] were made for: re-materialize token_sequences[{partition}]"
+        )
+    loaded = tokenizer_hash(model_path)
+    if made_for != loaded:
+        raise SequencesNotForVerifier(
+            f"token_sequences[{partition}] ({sequences_file.parent}) was tokenized for {record.get('verifier')} "
+            f"with tokenizer {made_for}, but the verifier resource loads {model_path} with tokenizer {loaded}: "
+            "the rows' token ids are another vocabulary's, so nothing is extracted. Re-materialize "
+            f"token_sequences[{partition}] with this verifier, or point verifier.model_path at "
+            f"{record.get('verifier')}."
+        )
+    if rate > MAX_PROMPT_MISMATCH_RATE:
+        raise SequencesNotForVerifier(
+            f"token_sequences[{partition}] ({sequences_file.parent}) failed its template drift check: the prompts "
+            f"of {rate:.1%} of {drift.get('drift_checked')} re-rendered samples differ from the server's tokens "
+            f"(limit {MAX_PROMPT_MISMATCH_RATE:.0%}), so nothing is extracted. {PROMPT_DRIFT_FIX}[{partition}]."
+        )
+
+
+def select_rows(
+    sequences_file: Path, storage_root: Path, partition: str, splits: Sequence[str] = (), *, model_path: Path
+) -> pa.Table:
     """The ``token_sequences`` rows to extract: all of them, or those whose prompt the partition's
-    current prompts table puts in one of ``splits``."""
+    current prompts table puts in one of ``splits``; refused (:func:`check_made_for_verifier`) unless they
+    were made for the verifier folder ``model_path``."""
     if not sequences_file.exists():
         raise HiddenStatesInputError(f"{sequences_file} is missing: materialize token_sequences[{partition}] first")
+    check_made_for_verifier(sequences_file, model_path, partition)
     rows = pq.read_table(sequences_file, columns=SEQUENCE_COLUMNS)
     if not splits:
         return rows

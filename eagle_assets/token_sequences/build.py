@@ -1,4 +1,4 @@
-"""Reasoning samples → training rows (``input_ids`` + ``loss_mask``), and the template drift check.
+"""Reasoning samples → training rows (``input_ids`` + ``loss_mask``); the template drift check is :mod:`.drift`.
 
 A row is the prompt followed by the verifier's completion; the loss mask is 0 on the prompt and 1 on
 the completion (thinking, answer and the stop token), since the draft must predict what the
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -114,18 +113,19 @@ def row_keys(table: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(table["prompt_id"], pc.cast(table["turn"], pa.string()), "/")
 
 
-def _column(samples: pa.Table, name: str) -> list:
+def column_or_nulls(samples: pa.Table, name: str) -> list:
+    """``samples``' column ``name`` as a list; all None where the table has no such column."""
     return samples[name].to_pylist() if name in samples.column_names else [None] * samples.num_rows
 
 
 def _turns(samples: pa.Table) -> list[int]:
-    return [LAST_TURN_ONLY if t is None else t for t in _column(samples, "turn")]
+    return [LAST_TURN_ONLY if t is None else t for t in column_or_nulls(samples, "turn")]
 
 
 def sample_contexts(samples: pa.Table, messages: dict[str, list[dict]]) -> Callable[[int], list[dict] | None]:
     """``context(i)``: the messages sample ``i`` was asked with, rebuilt from the prompts table and (for a
     turn of ``turns: all``) the stored answers before it; None when the prompt or an earlier answer is gone."""
-    ids, turns = _column(samples, "prompt_id"), _turns(samples)
+    ids, turns = column_or_nulls(samples, "prompt_id"), _turns(samples)
     row_of = {(pid, turn): i for i, (pid, turn) in enumerate(zip(ids, turns))}
 
     def context(i: int) -> list[dict] | None:
@@ -155,8 +155,8 @@ def build_rows(
     """
     out = Built()
     context = sample_contexts(samples, messages)
-    ids, turns, statuses = _column(samples, "prompt_id"), _turns(samples), _column(samples, "status")
-    classes, loop_starts = _column(samples, "quality"), _column(samples, "loop_start")
+    ids, turns, statuses = column_or_nulls(samples, "prompt_id"), _turns(samples), column_or_nulls(samples, "status")
+    classes, loop_starts = column_or_nulls(samples, "quality"), column_or_nulls(samples, "loop_start")
     prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
     for i, prompt_id in enumerate(ids):
         if statuses[i] != "ok":
@@ -204,87 +204,3 @@ def build_rows(
 
 def template_hash(tokenizer) -> str:
     return hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest()[:16]
-
-
-@dataclass
-class DriftReport:
-    """How often the local template + tokenizer reproduce the server's tokens on a sample."""
-
-    checked: int = 0
-    prompt_mismatches: int = 0
-    completion_mismatches: int = 0
-    examples: list[str] = field(default_factory=list)
-
-    @property
-    def prompt_mismatch_rate(self) -> float:
-        return self.prompt_mismatches / self.checked if self.checked else 0.0
-
-    @property
-    def completion_mismatch_rate(self) -> float:
-        return self.completion_mismatches / self.checked if self.checked else 0.0
-
-    def metadata(self) -> dict:
-        return {
-            "drift_checked": self.checked,
-            "drift_prompt_mismatch_rate": self.prompt_mismatch_rate,
-            "drift_completion_mismatch_rate": self.completion_mismatch_rate,
-        }
-
-
-def _first_difference(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def measure_drift(
-    samples: pa.Table, messages: dict[str, list[dict]], render: Renderer, sample_size: int, seed: int = 0
-) -> DriftReport:
-    """Re-render up to ``sample_size`` server-token samples locally and compare ids exactly.
-
-    A prompt mismatch means the local chat template or tokenizer is not the one the server used
-    (prompts are deterministic); completion mismatches can also come from the model sampling a
-    non-canonical tokenization, so a few are normal.
-    """
-    ids, statuses = _column(samples, "prompt_id"), _column(samples, "status")
-    prompts, completions = list_rows(samples["prompt_token_ids"]), list_rows(samples["token_ids"])
-    context = sample_contexts(samples, messages)
-    candidates = [
-        i
-        for i in range(len(ids))
-        if statuses[i] == "ok"
-        and prompts[i] is not None
-        and len(prompts[i])
-        and completions[i] is not None
-        and len(completions[i])
-    ]
-    report = DriftReport()
-    # In random order, the first `sample_size` whose context can be rebuilt: a context is built (earlier
-    # answers read back) only for the samples checked, not for every row of a large partition.
-    for i in random.Random(seed).sample(candidates, len(candidates)):
-        if report.checked >= sample_size:
-            break
-        asked_with = context(i)
-        if asked_with is None:
-            continue
-        report.checked += 1
-        try:
-            prompt_ids, completion_ids = render(
-                asked_with, samples["reasoning"][i].as_py(), samples["content"][i].as_py(), template_kwargs(samples, i)
-            )
-        except ValueError as exc:
-            # The reply does not round-trip through the template (e.g. a model that wrote a thinking block
-            # in instant mode, which the template renders only with thinking on): its completion cannot be
-            # reproduced locally. Counted, not fatal: the server's own ids are what training uses.
-            report.completion_mismatches += 1
-            report.examples.append(f"{ids[i]}: reply not renderable by the local template ({str(exc)[:200]})")
-            continue
-        server_prompt, server_completion = prompts[i].tolist(), completions[i].tolist()
-        if list(prompt_ids) != server_prompt:
-            report.prompt_mismatches += 1
-            at = _first_difference(list(prompt_ids), server_prompt)
-            report.examples.append(
-                f"{ids[i]}: prompt differs at token {at} "
-                f"(local {list(prompt_ids)[at : at + 5]}, server {server_prompt[at : at + 5]})"
-            )
-        if list(completion_ids) != server_completion:
-            report.completion_mismatches += 1
-    return report

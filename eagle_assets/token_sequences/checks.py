@@ -7,10 +7,8 @@ from __future__ import annotations
 import dagster as dg
 
 from eagle_assets.core.checks import check_result
-from eagle_assets.token_sequences.build import DriftReport
+from eagle_assets.token_sequences.drift import MAX_PROMPT_MISMATCH_RATE, PROMPT_DRIFT_FIX, DriftReport
 
-# Prompts render deterministically: any prompt mismatch means another template or tokenizer.
-MAX_PROMPT_MISMATCH_RATE = 0.0
 # Completions may legitimately differ (the model sampled a non-canonical tokenization).
 WARN_COMPLETION_MISMATCH_RATE = 0.1
 
@@ -33,10 +31,7 @@ def drift_check_result(report: DriftReport) -> dg.AssetCheckResult:
         check_name="template_drift",
         severity=dg.AssetCheckSeverity.ERROR if not prompt_ok else dg.AssetCheckSeverity.WARN,
         failed=rates,
-        fix="hidden_states does not run on these rows (this check blocks it). The local chat template or tokenizer "
-        "is not the one that rendered the samples' prompts: point verifier.model_path (and verifier.backend) at "
-        "the folder the server served them from, or re-materialize reasoning_samples with vllm_server serving "
-        "the verifier's folder (its samples get a sample set of their own), then token_sequences"
+        fix=f"hidden_states does not run on these rows (this check blocks it). {PROMPT_DRIFT_FIX}"
         if not prompt_ok
         else "some sampled completions tokenize differently when re-encoded (a few are normal); if many, use the "
         "server's tokenizers/transformers versions here: rows rendered without server tokens would differ",

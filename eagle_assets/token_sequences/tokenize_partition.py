@@ -26,15 +26,8 @@ from eagle_assets.reasoning_samples.quality import count_classes
 from eagle_assets.reasoning_samples.recipe import Recipe, read_recipe, tokenizer_hash
 from eagle_assets.reasoning_samples.store import load_classified, load_samples
 from eagle_assets.resources import Verifier
-from eagle_assets.token_sequences.build import (
-    VERSIONED_COLUMNS,
-    DriftReport,
-    Policy,
-    Renderer,
-    build_rows,
-    measure_drift,
-    template_hash,
-)
+from eagle_assets.token_sequences.build import VERSIONED_COLUMNS, Policy, Renderer, build_rows, template_hash
+from eagle_assets.token_sequences.drift import DriftReport, measure_drift
 
 # Server-token samples the drift check re-renders locally.
 DRIFT_SAMPLE_SIZE = 64
@@ -155,25 +148,16 @@ def tokenize_partition(
     built = build_rows(samples, messages, splits, template.render, policy)
     table = built.table()
     drift = measure_drift(samples, messages, template.render, drift_sample_size)
-    version = table_version(table, VERSIONED_COLUMNS)
+    path, version = publish_sequences(
+        Path(folder),
+        table,
+        template,
+        drift,
+        policy=dict(recorded_policy or {}),
+        quality_rules=rules.as_dict(),
+        samples_recipe=recipe.recipe_id,
+    )
     hashed = template_hash(template.tokenizer)
-    report = {
-        "policy": dict(recorded_policy or {}),
-        "quality_rules": rules.as_dict(),
-        "samples_recipe": recipe.recipe_id,
-        "verifier": template.model_path,
-        "verifier_identity": template.identity,
-        "tokenizer_hash": template.tokenizer_hash,
-        "template_hash": hashed,
-        "drift": drift.metadata(),
-        "content_hash": version,
-    }
-
-    def write(tmp: Path) -> None:
-        write_parquet(table, tmp / SEQUENCES_FILE)
-        write_json(report, tmp / TOKENIZATION_FILE)
-
-    path = publish_version(Path(folder), version, write) / SEQUENCES_FILE
     seq_lens = table["seq_len"].to_pylist()
     origins = table["origin"].to_pylist()
     elapsed = time.monotonic() - started
@@ -203,6 +187,30 @@ def tokenize_partition(
         "samples_recipe": recipe.recipe_id,
     }
     return TokenizedPartition(table, path, recipe, counts, drift, version)
+
+
+def publish_sequences(
+    folder: Path, table: pa.Table, template: LocalTemplate, drift: DriftReport, **record: Any
+) -> tuple[Path, str]:
+    """Publish ``table`` as a version of ``folder`` with its tokenization.json: ``record``, the verifier and
+    tokenizer the rows were made with and their drift (what hidden_states reads to refuse rows of another
+    verifier), and the content hash; returns sequences.parquet's path and the version."""
+    version = table_version(table, VERSIONED_COLUMNS)
+    report = {
+        **record,
+        "verifier": template.model_path,
+        "verifier_identity": template.identity,
+        "tokenizer_hash": template.tokenizer_hash,
+        "template_hash": template_hash(template.tokenizer),
+        "drift": drift.metadata(),
+        "content_hash": version,
+    }
+
+    def write(tmp: Path) -> None:
+        write_parquet(table, tmp / SEQUENCES_FILE)
+        write_json(report, tmp / TOKENIZATION_FILE)
+
+    return publish_version(folder, version, write) / SEQUENCES_FILE, version
 
 
 def partition_drift(

@@ -15,7 +15,7 @@ from eagle_assets.prompts.collection import Collection
 from eagle_assets.prompts.records import Skip
 from eagle_assets.reasoning_samples.asset import error_rate_check_result, truncation_check_result
 from eagle_assets.token_sequences.asset import drift_check_result
-from eagle_assets.token_sequences.build import DriftReport
+from eagle_assets.token_sequences.drift import DriftReport
 
 SAMPLES = {
     "prompts_selected": 50,

@@ -1,5 +1,6 @@
-"""The hidden_states stage without Dagster: row selection, the disk budget, and the extraction's files,
-index and manifest, with a fake backend (no model: states derived from the token ids)."""
+"""The hidden_states stage without Dagster: row selection (only rows made for the verifier), the disk budget,
+and the extraction's files, index and manifest, with a fake backend (no model: states derived from the token
+ids)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ import torch
 
 from eagle_assets.backends import SampleTensors, VerifierBackend
 from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
-from eagle_assets.core.files import file_sha256
+from eagle_assets.core.files import combined_hash, file_sha256, publish_version, write_json, write_parquet
 from eagle_assets.core.layout import (
     CURRENT_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
+    SEQUENCES_FILE,
+    TOKEN_SEQUENCES,
+    TOKENIZATION_FILE,
     VERSIONS_DIR,
+    asset_folder,
     current_folder,
     sequences_file,
 )
@@ -30,13 +35,17 @@ from eagle_assets.hidden_states.extract import (
     HiddenStatesInputError,
     NotEnoughDisk,
     ProgressLog,
+    SequencesNotForVerifier,
     check_disk_budget,
     extract_hidden_states,
     select_rows,
 )
 from eagle_assets.hidden_states.files import INDEX_SCHEMA, SCALES_KEY, content_id, load_sample, relative_path
 from eagle_assets.hidden_states.index import FORMATS, features_version
+from eagle_assets.reasoning_samples.recipe import tokenizer_hash
+from eagle_assets.token_sequences.drift import DriftReport
 from tests.helpers.synthetic import publish_table
+from tests.helpers.upstream import model_folder
 
 HIDDEN, LAYERS = 8, 4
 ROWS = [
@@ -110,21 +119,83 @@ def settings(**kw) -> ExtractionSettings:
     return ExtractionSettings(**{"model_path": Path("/nowhere"), "devices": ["cpu"], "disk_headroom_gb": 0.0, **kw})
 
 
+def publish_sequences(root: Path, made_for: Path, prompt_mismatches: int = 0) -> Path:
+    """``sequences()`` as the current token_sequences[demo] version, with the record token_sequences writes
+    beside the rows: the tokenizer of the model folder ``made_for``, the drift of 5 re-rendered samples."""
+    record = {
+        "verifier": str(made_for),
+        "tokenizer_hash": tokenizer_hash(made_for),
+        "drift": DriftReport(checked=5, prompt_mismatches=prompt_mismatches).metadata(),
+    }
+
+    def write(tmp: Path) -> None:
+        write_parquet(sequences(), tmp / SEQUENCES_FILE)
+        write_json(record, tmp / TOKENIZATION_FILE)
+
+    version = combined_hash([json.dumps(record, sort_keys=True)])[:16]
+    return publish_version(asset_folder(root, TOKEN_SEQUENCES, "demo"), version, write) / SEQUENCES_FILE
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_select_rows_reads_every_row_or_those_of_the_chosen_splits(tmp_path):
+    verifier = model_folder(tmp_path / "verifier")
     with pytest.raises(HiddenStatesInputError, match=r"materialize token_sequences\[demo\] first"):
-        select_rows(sequences_file(tmp_path, "demo"), tmp_path, "demo")
-    source = publish_table(tmp_path, "token_sequences", "demo", "sequences.parquet", sequences())
-    assert select_rows(source, tmp_path, "demo")["prompt_id"].to_pylist() == ["p0", "p1", "p2", "p3"]
+        select_rows(sequences_file(tmp_path, "demo"), tmp_path, "demo", model_path=verifier)
+    source = publish_sequences(tmp_path, verifier)
+    every = select_rows(source, tmp_path, "demo", model_path=verifier)
+    assert every["prompt_id"].to_pylist() == ["p0", "p1", "p2", "p3"]
     with pytest.raises(HiddenStatesInputError, match="materialize prompts for partition 'demo' first"):
-        select_rows(source, tmp_path, "demo", ["train"])
+        select_rows(source, tmp_path, "demo", ["train"], model_path=verifier)
     prompts = pa.table(
         {"prompt_id": ["p0", "p1", "p2"], "split": ["train", "heldout", "validation"], "group_id": ["a", "b", "c"]}
     )
     publish_table(tmp_path, "prompts", "demo", "prompts.parquet", prompts)
     # p3 is in no current split: never selected by split.
-    chosen = select_rows(source, tmp_path, "demo", ["train", "validation"])
+    chosen = select_rows(source, tmp_path, "demo", ["train", "validation"], model_path=verifier)
     assert chosen["prompt_id"].to_pylist() == ["p0", "p2"]
     assert chosen.column_names == ["prompt_id", "turn", "input_ids", "seq_len"]
+
+
+def test_rows_made_for_the_verifiers_tokenizer_are_selected_wherever_its_folder_is(tmp_path):
+    source = publish_sequences(tmp_path, model_folder(tmp_path / "served"))
+    copy = model_folder(tmp_path / "copy")  # another folder with the same tokenizer files
+    assert select_rows(source, tmp_path, "demo", model_path=copy).num_rows == len(ROWS)
+
+
+def test_rows_of_another_tokenizer_are_refused_naming_both_and_nothing_is_written(tmp_path):
+    qwen3, kimi = model_folder(tmp_path / "qwen3", "qwen3"), model_folder(tmp_path / "kimi", "kimi")
+    source = publish_sequences(tmp_path, qwen3)
+    before = files_under(tmp_path)
+    with pytest.raises(SequencesNotForVerifier) as refused:
+        select_rows(source, tmp_path, "demo", model_path=kimi)
+    message = str(refused.value)
+    assert f"token_sequences[demo] ({source.parent}) was tokenized for {qwen3} with tokenizer" in message
+    assert tokenizer_hash(qwen3) in message and f"loads {kimi} with tokenizer {tokenizer_hash(kimi)}" in message
+    fix = f"Re-materialize token_sequences[demo] with this verifier, or point verifier.model_path at {qwen3}."
+    assert message.endswith(fix)
+    assert isinstance(refused.value, HiddenStatesInputError)  # what the asset turns into the step's failure
+    assert files_under(tmp_path) == before and not (tmp_path / "hidden_states").exists()
+
+
+def test_rows_whose_prompts_drifted_above_the_limit_are_refused_with_the_numbers(tmp_path):
+    verifier = model_folder(tmp_path / "verifier")
+    source = publish_sequences(tmp_path, verifier, prompt_mismatches=2)
+    with pytest.raises(SequencesNotForVerifier) as refused:
+        select_rows(source, tmp_path, "demo", model_path=verifier)
+    message = str(refused.value)
+    assert "the prompts of 40.0% of 5 re-rendered samples differ from the server's tokens (limit 0%)" in message
+    assert "point verifier.model_path (and verifier.backend) at the folder the server served them from" in message
+    assert message.endswith("then token_sequences[demo].")
+
+
+def test_rows_without_their_record_are_refused(tmp_path):
+    verifier = model_folder(tmp_path / "verifier")
+    source = publish_table(tmp_path, TOKEN_SEQUENCES, "demo", SEQUENCES_FILE, sequences())
+    with pytest.raises(SequencesNotForVerifier, match=r"records no tokenizer_hash or drift.*token_sequences\[demo\]"):
+        select_rows(source, tmp_path, "demo", model_path=verifier)
 
 
 def test_disk_budget_is_the_plans_arithmetic_and_fails_with_the_numbers(tmp_path):

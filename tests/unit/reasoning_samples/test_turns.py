@@ -122,7 +122,7 @@ def test_the_store_keeps_one_row_per_turn_and_each_turn_mode_has_a_sample_set_of
 
 
 def test_the_drift_check_renders_only_the_turns_it_checks_and_skips_those_whose_earlier_answer_is_gone():
-    from eagle_assets.token_sequences.build import measure_drift
+    from eagle_assets.token_sequences.drift import measure_drift
 
     # Conversation "c" lost its turn 0 (e.g. an error row was dropped): its turns 1 and 2 cannot be rebuilt.
     keys = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2), ("c", 1), ("c", 2)]

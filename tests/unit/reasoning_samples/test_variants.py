@@ -105,7 +105,7 @@ def test_a_reply_the_local_template_cannot_render_is_a_completion_mismatch_not_a
     # reasoning only with thinking on, so the local render cannot locate that reply.
     import pyarrow as pa
 
-    from eagle_assets.token_sequences.build import measure_drift
+    from eagle_assets.token_sequences.drift import measure_drift
 
     samples = pa.table(
         {
