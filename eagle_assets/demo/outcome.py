@@ -54,6 +54,16 @@ def fitted(head: str, parts: Sequence[str | None], width: int = LINE_WIDTH, firs
     return line + ")"
 
 
+def fitted_keeping(heads: Sequence[str], parts: Sequence[str | None], kept: Sequence[str | None]) -> str:
+    """:func:`fitted` under the first of ``heads`` (fullest first) that fits and leaves room for every part of
+    ``kept`` (None left out); the last head's line when none does."""
+    for head in heads:
+        line = fitted(head, parts)
+        if len(line) <= LINE_WIDTH and all(part in line for part in filter(None, kept)):
+            break
+    return line
+
+
 def bins_seen(meta: dict, label: str) -> list[tuple[str, float, int]]:
     """(bin, τ, steps) of the output-position bins the set's per-request steps fell in, in order."""
     bounds = [*POSITION_EDGES[1:], None]
@@ -86,7 +96,7 @@ def evaluation_lines(meta: dict) -> list[str]:
     """At most 4 lines of an ``eagle3_eval``'s metadata: ``acceptance_length=<τ>`` (held out) and its detail
     (prompts, simulated τ, τ per sampling variant, the bootstrap interval), ``ood_acceptance_length=<τ>`` (the
     out-of-distribution set, when evaluated) and its detail with τ in the first and last output-position bins
-    of each set; each line fits the terminal (what does not fit is in the UI and the log file)."""
+    of each set, which always fit; each line fits the terminal (what does not fit is in the UI and the log file)."""
     k = meta["num_speculative_tokens"]
     heldout, ood = meta["eval_set"], meta["ood_eval_set"]
     variants = sorted(
@@ -96,33 +106,41 @@ def evaluation_lines(meta: dict) -> list[str]:
             if key.startswith(f"{heldout}/variant[") and key.endswith("/acceptance_length")
         }
     )
-    parts = []
-    if f"{heldout}/simulated_acceptance_length" in meta:
-        parts.append(f"simulated {meta[f'{heldout}/simulated_acceptance_length']:.3f}")
+    per_variant = None
     if variants:
-        parts.append(
-            "per sampling variant: "
-            + ", ".join(
-                f"{name.removeprefix('variant[').removesuffix(']')} "
-                f"τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
-                f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)"
-                for name in variants
-            )
+        per_variant = "per sampling variant: " + ", ".join(
+            f"{name.removeprefix('variant[').removesuffix(']')} "
+            f"τ {meta[f'{heldout}/{name}/acceptance_length']:.3f} "
+            f"({meta[f'{heldout}/{name}/prompts_evaluated']} prompts)"
+            for name in variants
         )
+    simulated = meta.get(f"{heldout}/simulated_acceptance_length")
     positions = " / ".join(f"{meta[f'{heldout}/acceptance_pos_{i}']:.2f}" for i in range(1, k + 1))
-    parts += [_ci(meta, heldout), f"K={k}, per position {positions}"]
+    parts = [
+        None if simulated is None else f"simulated {simulated:.3f}",
+        per_variant,
+        _ci(meta, heldout),
+        f"K={k}, per position {positions}",
+    ]
     prompts = meta[f"{heldout}/prompts_evaluated"]
-    detail = fitted(f"  (held out: {heldout}, {prompts} prompts", parts)
-    if variants and "per sampling variant" not in detail:  # τ per variant matters more than the set's name
-        detail = fitted(f"  ({prompts} prompts", parts)
-    lines = [f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}", detail]
+    # τ per variant matters more than the set's name.
+    heads = [f"  (held out: {heldout}, {prompts} prompts", f"  ({prompts} prompts"]
+    lines = [
+        f"acceptance_length={meta[f'{heldout}/acceptance_length']:.3f}",
+        fitted_keeping(heads, parts, [per_variant]),
+    ]
     along = [along_the_output(meta, heldout, "held out")]
     if f"{ood}/acceptance_length" in meta:
         along.append(along_the_output(meta, ood, "ood"))
-        head = f"  (out-of-distribution: {ood}, {meta[f'{ood}/prompts_evaluated']} prompts"
+        ood_prompts = meta[f"{ood}/prompts_evaluated"]
+        # The bins are kept before the set's name: a long label leaves them no room otherwise.
+        heads = [
+            f"  (out-of-distribution: {ood}, {ood_prompts} prompts",
+            f"  (out-of-distribution, {ood_prompts} prompts",
+        ]
         lines += [
             f"ood_acceptance_length={meta[f'{ood}/acceptance_length']:.3f}",
-            fitted(head, [*along, _ci(meta, ood)]),
+            fitted_keeping(heads, [*along, _ci(meta, ood)], along),
         ]
     elif along[0]:
         lines.append(fitted("  (along the output", along, first=": "))

@@ -99,8 +99,10 @@ class EvalReport:
 
     @property
     def data_version(self) -> str:
-        """The checkpoint and the numbers: the same checkpoint measured the same is the same version."""
-        return combined_hash([self.plan.checkpoint.name, json.dumps(self.numbers, sort_keys=True)])[:16]
+        """The checkpoint, each measured set's suite name and version (as report.json records them) and the
+        numbers: the same checkpoint measured the same on the same suites is the same version."""
+        suites = json.dumps([[s["name"], s["version"]] for s in self.report["suites"]])
+        return combined_hash([self.plan.checkpoint.name, suites, json.dumps(self.numbers, sort_keys=True)])[:16]
 
     @property
     def disagreements(self) -> dict[str, float]:

@@ -64,3 +64,30 @@ def test_without_an_ood_set_or_per_request_numbers_fewer_lines_say_what_there_is
 
 def test_parts_that_do_not_fit_are_left_for_the_log_and_the_ui():
     assert fitted("  (head", ["a" * 50, None, "b" * 80, "c"], width=70) == f"  (head; {'a' * 50}; c)"
+
+
+def test_long_labels_never_crowd_out_the_first_and_last_bins():
+    """A long set label and wide numbers (K=9, τ above 10, large sets): the bins of both sets are still printed."""
+    long_ood = "ood[" + "+".join(f"eval_set_{i}" for i in range(12)) + "]"
+    meta = {k.replace(OOD, long_ood): v for k, v in metadata().items() if "tokens_512_1k" not in k and "pos_" not in k}
+    meta |= {
+        "num_speculative_tokens": 9,
+        "ood_eval_set": long_ood,
+        f"{HELD}/prompts_evaluated": 12345,
+        f"{long_ood}/prompts_evaluated": 23456,
+        f"{long_ood}/tau_ci_low": 2.81,
+        f"{long_ood}/tau_ci_high": 3.02,
+        f"{HELD}/tau_tokens_0_512": 10.0,
+        f"{HELD}/tau_tokens_4k_8k": 10.25,
+        f"{HELD}/steps_tokens_4k_8k": 7,
+        f"{long_ood}/tau_tokens_0_512": 10.5,
+        f"{long_ood}/tau_tokens_8k_up": 10.75,
+        f"{long_ood}/steps_tokens_8k_up": 3,
+        **{f"{HELD}/acceptance_pos_{i}": 1 - i / 10 for i in range(1, 10)},
+    }
+    lines = evaluation_lines(meta)
+    assert len(lines) == 4 and all(len(line) <= LINE_WIDTH for line in lines), lines
+    assert lines[3] == (
+        "  (out-of-distribution, 23456 prompts; held out 0-512 τ 10.000 → 4K-8K τ 10.250; "
+        "ood 0-512 τ 10.500 → 8K+ τ 10.750)"
+    )

@@ -4,6 +4,7 @@ the greedy outputs they were measured on, and the data version."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
 from eagle_assets.eagle3_eval.numbers import Evaluation, acceptance_table
 from eagle_assets.eagle3_eval.plan import EvalPlan
 from eagle_assets.eagle3_eval.served import ServedRun
+from eagle_assets.eagle3_eval.suite_sets import SuiteSet
 from eagle_assets.reasoning_samples.requests import PromptRequest
 
 
@@ -77,7 +79,25 @@ def test_the_report_holds_each_sets_numbers_under_its_label(tmp_path):
     }
     table = acceptance_table(numbers, report.labels).splitlines()
     assert table[2] == "| heldout[demo] | 2 | 2.800 | 0.800 / 0.600 / 0.400 | — | — |"
-    assert report.data_version == combined_hash(["0123abcd", json.dumps(numbers, sort_keys=True)])[:16]
+    suites = json.dumps([["heldout", "?"], ["ood", "?"]])
+    assert report.data_version == combined_hash(["0123abcd", suites, json.dumps(numbers, sort_keys=True)])[:16]
+
+
+def test_a_suites_version_is_part_of_the_data_version(tmp_path):
+    """The same checkpoint measuring the same numbers on a suite of another version is another data version."""
+    evaluation = Evaluation(served(["a", "b"], 10, (8, 6, 4)), None, None, 3)
+
+    def data_version(heldout_version: str) -> str:
+        plan = a_plan(tmp_path, [])
+        heldout = SuiteSet("heldout[demo]", "heldout", heldout_version, "demo", plan.heldout.requests)
+        report = build_report(
+            replace(plan, suites=(heldout,)), evaluation, tmp_path, training_run="v1", config={}, dagster_run_id="r"
+        )
+        assert report.report["suites"][0]["version"] == heldout_version  # what `eagle-assets checkpoints` reads
+        return report.data_version
+
+    assert data_version("demo@v1") == data_version("demo@v1")
+    assert data_version("demo@v2") != data_version("demo@v1")
 
 
 def test_without_an_ood_set_only_the_variants_join_the_labels(tmp_path):

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from eagle_assets.eagle3_eval.asset import Eagle3EvalConfig
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
 from eagle_assets.eagle3_eval.served import ServedRun
 from eagle_assets.eagle3_eval.suite_sets import (
+    DEFAULT_SUITES,
     SuiteError,
     check_suite_names,
     registered_set,
@@ -37,6 +39,11 @@ class Listed(EvalSuite):
 
     def resolved_version(self, location=None):
         return f"{self.version}+data"
+
+
+def test_an_evaluation_measures_the_held_out_and_the_out_of_distribution_set_by_default():
+    assert DEFAULT_SUITES == ("heldout", "ood")
+    assert Eagle3EvalConfig().suites == ["heldout", "ood"]
 
 
 def test_suite_names_are_checked_before_anything_is_sent():
