@@ -22,6 +22,7 @@ from eagle_assets.core.files import checkpoint_hash, file_sha256
 from eagle_assets.core.layout import (
     LINEAGE_DIGEST_FILE,
     LINEAGE_FILE,
+    LINEAGE_SIGNATURE_FILE,
     PER_DATASET_STAGES,
     current_version,
     prompts_file,
@@ -30,7 +31,7 @@ from eagle_assets.core.layout import (
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.eagle3_checkpoint.asset import CODE_VERSION as CHECKPOINT_CODE_VERSION
 from eagle_assets.lineage.collect import dagster_input_version, latest_materialization
-from eagle_assets.lineage.record import LINEAGE_DIGEST_KEY, read_lineage
+from eagle_assets.lineage.record import KEY_ENV, LINEAGE_DIGEST_KEY, read_lineage
 from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.resources import StorageRoot, Verifier
 from tests.helpers.lineage import TRAIN, chain_assets, weight_reads
@@ -40,6 +41,7 @@ runner = CliRunner()
 
 
 RUN = "lineage"
+KEY = "chain-test-lineage-key"
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +65,19 @@ def chain(tiny_verifier, tmp_path_factory):
         )
         assert upstream.success
         add_training_run(instance, RUN)
-        checkpoint = dg.materialize(
-            assets,
-            instance=instance,
-            resources=resources,
-            selection=["eagle3_checkpoint"],
-            partition_key=RUN,
-            run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
-        )
+        # Kept with a lineage key configured, as an operator who hands checkpoints to others would.
+        os.environ[KEY_ENV] = KEY
+        try:
+            checkpoint = dg.materialize(
+                assets,
+                instance=instance,
+                resources=resources,
+                selection=["eagle3_checkpoint"],
+                partition_key=RUN,
+                run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
+            )
+        finally:
+            del os.environ[KEY_ENV]
         assert checkpoint.success
         [materialization] = checkpoint.get_asset_materialization_events()
         ckpt = Path(materialization.materialization.metadata["path"].value)
@@ -124,10 +131,11 @@ def test_lineage_records_dagster_provenance_and_every_file(chain):
         for a in lineage["artifacts"]
         if a["asset"] in stored
     )
-    # Every file of the kept folder but the record and its digest, the weights and training.json among them.
+    # Every file of the kept folder but the record, its digest and its signature, the weights and training.json
+    # among them.
     assert (
         {f["path"] for f in lineage["checkpoint_files"]}
-        == {p.name for p in ckpt.iterdir()} - {LINEAGE_FILE, LINEAGE_DIGEST_FILE}
+        == {p.name for p in ckpt.iterdir()} - {LINEAGE_FILE, LINEAGE_DIGEST_FILE, LINEAGE_SIGNATURE_FILE}
         >= {"config.json", "model.safetensors", "training.json"}
     )
     assert lineage["checkpoint_hash"] == checkpoint_hash(ckpt)
@@ -245,6 +253,29 @@ def test_a_forged_seed_disagrees_with_training_json_even_without_the_instance(ch
         digest_file.write_text(f"{file_sha256(record)}  {LINEAGE_FILE}\n")
         result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
         assert result.exit_code == 1 and "training.settings" in result.output, result.output
+    finally:
+        record.write_bytes(original)
+        digest_file.write_bytes(original_digest)
+
+
+def test_the_kept_checkpoint_is_signed_and_a_forged_record_fails_with_the_key(chain):
+    """Off the instance, only the signature catches a record edited with its sha256 rewritten to match."""
+    _, _, ckpt, _ = chain
+    assert (ckpt / LINEAGE_SIGNATURE_FILE).read_text().startswith("hmac-sha256 ")
+    keyed = {"DAGSTER_HOME": None, KEY_ENV: KEY}
+    result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env=keyed)
+    assert result.exit_code == 0 and f"lineage.sha256 and {LINEAGE_SIGNATURE_FILE}" in result.output, result.output
+    record, digest_file = ckpt / LINEAGE_FILE, ckpt / LINEAGE_DIGEST_FILE
+    original, original_digest = record.read_bytes(), digest_file.read_bytes()
+    try:
+        forged = json.loads(original)
+        forged["training"]["training_run"] = "another-run"
+        record.write_text(json.dumps(forged, indent=2, sort_keys=True) + "\n")
+        digest_file.write_text(f"{file_sha256(record)}  {LINEAGE_FILE}\n")
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env=keyed)
+        assert result.exit_code == 1 and f"signature: lineage {LINEAGE_SIGNATURE_FILE}" in result.output, result.output
+        alone = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
+        assert f"{LINEAGE_SIGNATURE_FILE} is present but unchecked" in alone.output, alone.output
     finally:
         record.write_bytes(original)
         digest_file.write_bytes(original_digest)
