@@ -1,8 +1,8 @@
 """The ``eagle-assets`` command line (a typer app; each command is a thin wrapper over a module).
 
 The pipeline's commands live here; those that look after what the runs leave behind (plugins,
-servers, lineage, checkpoints, gc) live in ``eagle_assets.maintenance.commands``. The bottom of this
-module registers both on ``app``.
+servers, checkpoints, gc) live in ``eagle_assets.maintenance.commands``, the lineage commands in
+``eagle_assets.maintenance.lineage_commands``. The bottom of this module registers them on ``app``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from eagle_assets.maintenance import commands as maintenance
+from eagle_assets.maintenance import lineage_commands
 
 # Each command imports what it needs when it runs: Dagster, pyarrow and the stages take seconds to load,
 # and `eagle-assets --help` or a typo should not wait for them.
@@ -182,4 +183,4 @@ app.command()(plan)
 app.command("add-training-run")(add_training_run)
 app.command()(maintenance.checkpoints)
 app.command()(maintenance.gc)
-app.add_typer(maintenance.lineage_app, name="lineage")
+app.add_typer(lineage_commands.lineage_app, name="lineage")
