@@ -1,6 +1,7 @@
 """Acceptance measured by vLLM, on the demo's instance with a second training run beside the demo's: the
-τ convention, the simulated value tracking the served one, held-out prompts never trained on, two runs
-listed side by side, a run's checkpoint refused by another run, a recipe fixed by the run's name."""
+τ convention, the simulated value tracking the served one, per-request statistics agreeing with the server's
+counters on every suite (an MT-Bench-shaped one included) and a K sweep, held-out prompts never trained on,
+two runs listed side by side, a run's checkpoint refused by another run, a recipe fixed by the run's name."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.demo import SECOND_RECIPE, SECOND_RUN
+from tests.helpers.demo import MT_BENCH_ROWS, SECOND_RECIPE, SECOND_RUN
 
 # Two named training runs with different recipes on the same data: the demo's own (its recipe, 5 epochs), and
 # a second one trained beside it on the demo's data for a single epoch (the default accuracy floor; one
 # epoch over the demo partition's 641 rows passes it), evaluated on 12 prompts per set (tests/helpers/demo.py).
 RECIPES = {"demo": {"epochs": 5}, SECOND_RUN: SECOND_RECIPE}
 HELDOUT, OOD = "heldout[demo]", "ood[demo_ood]"
+# The prompt sets each run's evaluation measured: the demo's the default ones, the second run's an MT-Bench-shaped
+# suite too (tests/helpers/demo.py).
+SETS = {"demo": [HELDOUT, OOD], SECOND_RUN: [HELDOUT, OOD, "mt_bench"]}
 
 
 def _metadata(materialization) -> dict:
@@ -110,6 +114,49 @@ def test_eval_measures_acceptance_with_vllm(evaluated):
     assert f"| {OOD} | 12 | {ood['acceptance_length']:.3f} |" in meta["acceptance"]
 
 
+def test_eval_per_request_agrees_with_the_counters_on_every_suite(evaluated):
+    """The second run's evaluation with per-request metrics on: per set, the responses' verify steps and accepted
+    tokens are the server's counters' (τ within 1 %), the position bins and thinking/answer hold every step
+    once; MT-Bench's two turns asked in order; the suite's version, the plot, the tables; and the K sweep."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    meta, checks = evaluated["meta"], evaluated["checks"]
+    assert checks["per_request_matches_counters"].passed, checks["per_request_matches_counters"].description
+    rows = pq.read_table(meta["requests"]).to_pylist()
+    for label in SETS[SECOND_RUN]:
+        mine = [r for r in rows if r["suite"] == label and r["status"] == "ok"]
+        steps, accepted = sum(r["spec_steps"] for r in mine), sum(r["accepted_tokens"] for r in mine)
+        # The same verify steps counted twice: by each response and by the server's counters.
+        assert (steps, accepted) == (meta[f"{label}/drafts"], meta[f"{label}/accepted_tokens"]), label
+        assert meta[f"{label}/tau_per_request"] == pytest.approx(meta[f"{label}/acceptance_length"], rel=0.01)
+        assert meta[f"{label}/tau_vs_counters"] <= 0.01
+        # The position bins hold every step once.
+        binned = [k for k in meta if k.startswith(f"{label}/steps_tokens_")]
+        assert sum(meta[k] for k in binned) == steps, label
+        assert meta[f"{label}/steps_thinking"] + meta.get(f"{label}/steps_answer", 0) == steps
+        assert meta[f"{label}/tau_ci_low"] <= meta[f"{label}/tau_per_request"] <= meta[f"{label}/tau_ci_high"]
+    # A trained draft: accepted (an untrained one sits at τ ≈ 1).
+    assert meta[f"{HELDOUT}/tau_per_request"] > 1.5
+    # MT-Bench: both turns of each question, the second after the first.
+    turns = sorted((r["prompt_id"], r["turn"]) for r in rows if r["suite"] == "mt_bench")
+    assert turns == [(str(r["question_id"]), t) for r in MT_BENCH_ROWS for t in (0, 1)]
+    report = json.loads(Path(meta["report"]).read_text())
+    mt = next(s for s in report["suites"] if s["name"] == "mt_bench")
+    assert mt["version"].startswith("1+") and mt["prompts"] == 4
+    written = (Path(mt["location"]) / "question.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in written] == MT_BENCH_ROWS  # the location the evaluation was given
+    assert set(report["per_request"]["mt_bench"]["categories"]) == {"math", "reasoning"}
+    assert Path(meta["tau_along_trace_plot"]).read_bytes()[:4] == b"\x89PNG"
+    assert "| mt_bench | mt_bench |" in meta["suites"] and "| all |" in meta["mt_bench/per_request"]
+    # The sweep: both Ks on the same held-out prompts, and without the draft.
+    assert meta["sweep/best_num_speculative_tokens"] in (2, 3) and meta["sweep/prompts"] == 6
+    assert meta["sweep/tokens_per_s_without_draft"] > 0
+    assert 1.0 <= meta["sweep/k2/acceptance_length"] <= 3.0 and 1.0 <= meta["sweep/k3/acceptance_length"] <= 4.0
+    assert "(best)" in meta["sweep"]
+
+
 def test_two_training_runs_live_side_by_side(evaluated):
     """Two recipes materialized one after the other: each run has its own checkpoint and evaluation, and
     `eagle-assets checkpoints` lists both with τ per prompt set and lineage ok. A run evaluates only its
@@ -136,9 +183,8 @@ def test_two_training_runs_live_side_by_side(evaluated):
         block = lines[at : at + 5]
         assert block[1] == f"  recipe: epochs={RECIPES[run]['epochs']}, lr=0.003", block
         assert block[2].startswith("  data: prompts[demo] ") and "hidden_states[demo] " in block[2]
-        assert block[3] == (
-            f"  tau: {HELDOUT} {evaluation[f'{HELDOUT}/acceptance_length']:.3f}, "
-            f"{OOD} {evaluation[f'{OOD}/acceptance_length']:.3f}"
+        assert block[3] == "  tau: " + ", ".join(
+            f"{label} {evaluation[f'{label}/acceptance_length']:.3f}" for label in sorted(SETS[run])
         )
         assert block[4] == "  lineage: ok", listed.output
 

@@ -107,10 +107,31 @@ def demo_after_a_killed_one(base: Path, verifier: str, port: int, started: list)
 
 
 # A second training run beside the demo's, in the demo's instance: its recipe's settings (the demo's recipe,
-# one epoch, the default accuracy floor) and its evaluation's (12 prompts per set).
+# one epoch, the default accuracy floor) and its evaluation's (12 prompts per set, an MT-Bench-shaped suite
+# beside the held-out and out-of-distribution sets, and a sweep of K).
 SECOND_RUN = "one-epoch"
 SECOND_RECIPE = {"epochs": 1}
-SECOND_EVAL = {"max_prompts": 12, "max_tokens": 384, "min_acceptance_length": 1.0}
+SECOND_EVAL = {
+    "suites": ["heldout", "ood", "mt_bench"],
+    "max_prompts": 12,
+    "max_tokens": 384,
+    "min_acceptance_length": 1.0,
+    "sweep_num_speculative_tokens": [2, 3],
+    "sweep_max_prompts": 6,
+}
+# MT-Bench's shape (question.jsonl): arithmetic in the demo's words (what the draft learned) and a follow-up
+# turn that refers to the first answer.
+MT_BENCH_ROWS = [
+    {"question_id": 900 + i, "category": category, "turns": [first, second]}
+    for i, (category, first, second) in enumerate(
+        [
+            ("math", "What is 17 + 25?", "Now subtract 9 from your answer."),
+            ("math", "Compute 12 * 13.", "Is your answer even?"),
+            ("reasoning", "What is 300 - 123?", "Add 23 to that result."),
+            ("math", "What is 48 + 52?", "Multiply your answer by 2."),
+        ]
+    )
+]
 # argv: storage root, embedded verifier, the demo's port, training run, the step ("trained" or "evaluated"), its
 # config (JSON), the JSON file for the step's run id and outcome. DAGSTER_HOME is the demo's.
 _SECOND_RUN_SCRIPT = """
@@ -140,6 +161,17 @@ if __name__ == "__main__":
 """
 
 
+def second_eval_config(base: Path) -> dict:
+    """The second run's evaluation config: ``SECOND_EVAL`` with the MT-Bench suite read from ``MT_BENCH_ROWS``,
+    written under ``base``."""
+    import json
+
+    suite = base / "mt_bench"
+    suite.mkdir(parents=True, exist_ok=True)
+    (suite / "question.jsonl").write_text("".join(json.dumps(row) + "\n" for row in MT_BENCH_ROWS))
+    return {**SECOND_EVAL, "suite_locations": {"mt_bench": str(suite)}}
+
+
 def second_run_config() -> dict:
     """The second run's training config: the demo's recipe with ``SECOND_RECIPE`` and the default accuracy
     floor."""
@@ -152,13 +184,13 @@ def second_run_config() -> dict:
 @contextmanager
 def second_run_step(demo: Demo, base: Path, step: str, started: list) -> Iterator[dict]:
     """One step of ``SECOND_RUN`` in a process of its own on the demo's resources and instance: ``"trained"``
-    (the second recipe on the demo's data) or ``"evaluated"`` (``SECOND_EVAL``, its own speculating server on
-    the port after the demo's). Yields {"success", "run_id"}; the process is appended to ``started``."""
+    (the second recipe on the demo's data) or ``"evaluated"`` (:func:`second_eval_config`, its own speculating
+    servers from the port after the demo's). Yields {"success", "run_id"}; the process is appended to ``started``."""
     import json
     import sys
 
     out, log = base / f"second-run-{step}.json", base / f"second-run-{step}.log"
-    config = second_run_config() if step == "trained" else SECOND_EVAL
+    config = second_run_config() if step == "trained" else second_eval_config(base)
     argv = [
         sys.executable,
         "-c",
