@@ -130,9 +130,16 @@ def plan(
         help="Decode tokens/s of one vLLM replica, if you measured it (the project has no GPU figure).",
     ),
     generation_gpus: int = typer.Option(8, "--generation-gpus", min=1, help="GPUs per vLLM replica (TP size)."),
+    scratch_cap_gb: float = typer.Option(
+        None,
+        "--scratch-cap-gb",
+        help="Cap in GB on the scratch folder of online features (default: the training stage's; the plan "
+        "prints the cap it used).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Disk (bf16 and fp8 features) and GPU-hours per stage, and whether the storage root has room."""
+    """Disk (bf16 and fp8 features) and GPU-hours per stage, stored vs online features side by side, and
+    whether the storage root has room."""
     from eagle_assets.capacity.report import plan_report
 
     try:
@@ -146,6 +153,7 @@ def plan(
             completion_tokens,
             generation_tok_s,
             generation_gpus,
+            scratch_cap_gb,
             as_json,
         )
     except ValueError as exc:

@@ -4,7 +4,9 @@ Inputs: a verifier shape, a prompt count (given, or read from materialized ``pro
 token statistics (measured from ``reasoning_samples`` when those partitions exist, assumed otherwise;
 the plan says which). The hidden-state arithmetic is the one the ``hidden_states`` asset's disk-budget
 check uses (:func:`feature_bytes_per_token`), and the figures are the project's own measurements
-(:mod:`~eagle_assets.capacity.throughput`), each printed with its source.
+(:mod:`~eagle_assets.capacity.throughput`), each printed with its source. Totals come for both feature
+modes: stored (``hidden_states`` writes them once) and online (extracted again every epoch while the
+trainer runs, into a capped scratch folder).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from eagle_assets.capacity.shapes import ModelShape
 from eagle_assets.capacity.throughput import REFERENCE_DRAFT_VOCAB, Rate, extraction_rate, training_rate
 from eagle_assets.core.layout import (
     BF16,
+    EAGLE3_CHECKPOINT,
     EAGLE3_EVAL,
     FP8,
+    HIDDEN_STATES,
     PROMPTS_FILE,
 )
 from eagle_assets.core.layout import STAGES as ALL_STAGES
-from eagle_assets.core.units import human_bytes
 
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
 FP8_SCALE_BYTES = 4  # hs-connectors: one fp32 scale per token over all its layers ([seq, 1, 1])
@@ -38,6 +41,13 @@ TEXT_BYTES_PER_TOKEN = 4
 ROW_BYTES = 200  # ids, split, status, sampling, model name... per row
 TRAINING_ROW_BYTES_PER_TOKEN = 16  # speculators' Arrow dataset: int64 input_ids + int64 loss_mask
 EPOCHS = 5  # TrainingSettings' default maximum (early stopping can end sooner)
+# Where the trainer's hidden states come from: a hidden_states materialization, or a vLLM
+# extract_hidden_states server computing each row while the trainer runs (again every epoch).
+STORED, ONLINE = "stored", "online"
+# Online, a row's file lives from the server's write until a loader worker reads and deletes it, one row
+# per worker (the trainer runs about one per CPU thread): 64 GB holds ~370 Kimi-K2.5 rows of 3K tokens in
+# bf16 (172 MB each), more than an 8-GPU host's ~200 threads, and is small beside its disk.
+DEFAULT_SCRATCH_CAP_GB = 64.0
 
 
 def feature_bytes_per_token(num_layers: int, hidden_size: int, feature_dtype: str = BF16) -> int:
@@ -72,15 +82,35 @@ class CapacityPlan:
     stages: list[StagePlan]
     storage_root: Path
     free_bytes: int
+    scratch_cap_bytes: int  # online features' scratch folder at its fullest
 
-    def total(self, feature_dtype: str = BF16) -> int:
-        return sum(s.bytes_fp8 if feature_dtype == FP8 else s.bytes_bf16 for s in self.stages)
+    def kept(self, feature_dtype: str = BF16, features: str = STORED) -> int:
+        """Bytes the run leaves on the storage root: every stage's, none of hidden_states' when online."""
+        return sum(
+            s.bytes_fp8 if feature_dtype == FP8 else s.bytes_bf16
+            for s in self.stages
+            if not (features == ONLINE and s.stage == HIDDEN_STATES)
+        )
+
+    def total(self, feature_dtype: str = BF16, features: str = STORED) -> int:
+        """Bytes on the storage root at the peak: what the run leaves, plus the full scratch cap when online."""
+        return self.kept(feature_dtype, features) + (self.scratch_cap_bytes if features == ONLINE else 0)
 
     def stage(self, name: str) -> StagePlan:
         return next(s for s in self.stages if s.stage == name)
 
-    def fits(self, feature_dtype: str = BF16) -> bool:
-        return self.total(feature_dtype) <= self.free_bytes
+    def fits(self, feature_dtype: str = BF16, features: str = STORED) -> bool:
+        return self.total(feature_dtype, features) <= self.free_bytes
+
+    def extraction_gpu_hours(self, features: str = STORED) -> float:
+        """hidden_states' GPU-hours: once when stored, every epoch when online."""
+        return (self.stage(HIDDEN_STATES).gpu_hours or 0.0) * (EPOCHS if features == ONLINE else 1)
+
+    def gpu_hours(self, features: str = STORED) -> float:
+        """Every stage's busy GPU time at the measured rates. Online, the server and the trainer run at once
+        on separate GPUs: that shortens the wall time, not the GPU-hours."""
+        others = sum(s.gpu_hours or 0.0 for s in self.stages if s.stage != HIDDEN_STATES)
+        return others + self.extraction_gpu_hours(features)
 
 
 def free_bytes(root: Path) -> int:
@@ -103,9 +133,15 @@ def build_plan(
     storage_root: Path,
     generation: Rate | None = None,
     draft_vocab: int | None = None,
+    scratch_cap_gb: float | None = None,
 ) -> CapacityPlan:
     """Every stage's bytes (bf16 and fp8 features) and GPU-hours for ``stats`` on ``shape``; without a
-    shape (an asset that has no verifier) only the stages before hidden_states."""
+    shape (an asset that has no verifier) only the stages before hidden_states. ``scratch_cap_gb``: online
+    features' cap (None: :data:`DEFAULT_SCRATCH_CAP_GB`)."""
+    cap_gb = DEFAULT_SCRATCH_CAP_GB if scratch_cap_gb is None else scratch_cap_gb
+    if cap_gb <= 0:
+        raise ValueError(f"scratch cap {cap_gb} GB: give a positive size, e.g. {DEFAULT_SCRATCH_CAP_GB:g}")
+    scratch_cap_bytes = round(cap_gb * 1e9)
     tokens, n = stats.tokens, stats.prompts
     stages = []
     if "prompts" in stats.measured_bytes:
@@ -133,7 +169,7 @@ def build_plan(
         StagePlan("token_sequences", round(tokens * per_token), round(tokens * per_token), how, None, "no GPU")
     )
     if shape is None:
-        return CapacityPlan(shape, stats, stages, Path(storage_root), free_bytes(storage_root))
+        return CapacityPlan(shape, stats, stages, Path(storage_root), free_bytes(storage_root), scratch_cap_bytes)
 
     layers, hidden = len(shape.layer_ids), shape.hidden_size
     bf16 = feature_bytes(tokens, n, layers, hidden, BF16)
@@ -162,11 +198,16 @@ def build_plan(
             f"{EPOCHS} epochs x {stats.train_tokens:,} train tokens; draft vocab {vocab:,}; {train_rate.source}",
         )
     )
-    return CapacityPlan(shape, stats, stages, Path(storage_root), free_bytes(storage_root))
+    return CapacityPlan(shape, stats, stages, Path(storage_root), free_bytes(storage_root), scratch_cap_bytes)
 
 
 def asset_plan_metadata(
-    root: str | Path, partitions: Iterable[str], stage: str, shape: ModelShape | None = None, feature_dtype: str = BF16
+    root: str | Path,
+    partitions: Iterable[str],
+    stage: str,
+    shape: ModelShape | None = None,
+    feature_dtype: str = BF16,
+    scratch_cap_gb: float | None = None,
 ) -> dict:
     """``stage``'s planned numbers as materialization metadata, from the partitions as stored now (what
     ``eagle-assets plan --partition ...`` prints); empty while no prompts partition is stored."""
@@ -174,36 +215,7 @@ def asset_plan_metadata(
         stats = measure_token_stats(Path(root), list(partitions))
     except ValueError:
         return {}
-    return stage_metadata(build_plan(shape, stats, Path(root)), stage, feature_dtype)
-
-
-def plan_lines(plan: CapacityPlan) -> list[str]:
-    """The plan as the ``eagle-assets plan`` command prints it."""
-    shape, stats = plan.shape, plan.stats
-    lines = [
-        f"verifier: {shape.name} (hidden {shape.hidden_size}, {shape.num_layers} layers, vocab {shape.vocab_size:,}, "
-        f"captured layers {shape.layer_ids})",
-        f"data: {stats.source}",
-        f"tokens: {stats.tokens:,} ({stats.seq_tokens:,.0f} per sample)",
-        "",
-        f"{'stage':<19} {'disk (bf16)':>13} {'disk (fp8)':>13} {'GPU-hours':>10}",
-    ]
-    notes = []
-    for i, s in enumerate(plan.stages, 1):
-        hours = "-" if s.gpu_hours is None else f"{s.gpu_hours:,.1f}"
-        lines.append(f"{s.stage:<19} {human_bytes(s.bytes_bf16):>13} {human_bytes(s.bytes_fp8):>13} {hours:>10}  [{i}]")
-        notes.append(f"[{i}] {s.stage}: disk {s.bytes_source}; GPU-hours: {s.gpu_hours_source}")
-    hours = sum(s.gpu_hours or 0 for s in plan.stages)
-    lines.append(
-        f"{'total':<19} {human_bytes(plan.total(BF16)):>13} {human_bytes(plan.total(FP8)):>13} {hours:>10,.1f}"
-    )
-    lines.append("")
-    free = human_bytes(plan.free_bytes)
-    for dtype in (BF16, FP8):
-        total = plan.total(dtype)
-        verdict = "fits" if plan.fits(dtype) else f"does NOT fit (short by {human_bytes(total - plan.free_bytes)})"
-        lines.append(f"storage root {plan.storage_root} ({free} free): {dtype} features {verdict}")
-    return [*lines, "", *notes]
+    return stage_metadata(build_plan(shape, stats, Path(root), scratch_cap_gb=scratch_cap_gb), stage, feature_dtype)
 
 
 def stage_metadata(plan: CapacityPlan, stage: str, feature_dtype: str = BF16) -> dict:
@@ -221,4 +233,8 @@ def stage_metadata(plan: CapacityPlan, stage: str, feature_dtype: str = BF16) ->
     if s.gpu_hours is not None:
         meta["plan/gpu_hours"] = s.gpu_hours
     meta["plan/gpu_hours_source"] = s.gpu_hours_source
+    if stage == EAGLE3_CHECKPOINT:
+        # Had this stage trained online: its folder plus the scratch cap, its training plus every epoch's extraction.
+        meta["plan/online_disk_bytes"] = s.bytes_bf16 + plan.scratch_cap_bytes
+        meta["plan/online_gpu_hours"] = (s.gpu_hours or 0.0) + plan.extraction_gpu_hours(ONLINE)
     return meta

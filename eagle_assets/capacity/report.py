@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 from eagle_assets.capacity.measure import TokenStats, assumed_token_stats, measure_token_stats
-from eagle_assets.capacity.plan import CapacityPlan, build_plan, plan_lines
+from eagle_assets.capacity.plan import ONLINE, STORED, CapacityPlan, build_plan
+from eagle_assets.capacity.printout import plan_lines
 from eagle_assets.capacity.shapes import load_shape
 from eagle_assets.capacity.throughput import Rate
+from eagle_assets.core.layout import FEATURE_DTYPES
 from eagle_assets.resources.storage import default_root
 
 
@@ -52,6 +54,7 @@ def capacity_plan(
     completion_tokens: float | None = None,
     generation_tok_s: float | None = None,
     generation_gpus: int = 8,
+    scratch_cap_gb: float | None = None,
 ) -> CapacityPlan:
     root = Path(root or default_root())
     shape = load_shape(verifier, _aux(aux_layers))
@@ -61,7 +64,8 @@ def capacity_plan(
             generation_tok_s / generation_gpus,
             f"given on the command line: {generation_tok_s:,.0f} tok/s per replica of {generation_gpus} GPUs",
         )
-    return build_plan(shape, _stats(root, partitions, prompts, prompt_tokens, completion_tokens), root, generation)
+    stats = _stats(root, partitions, prompts, prompt_tokens, completion_tokens)
+    return build_plan(shape, stats, root, generation, scratch_cap_gb=scratch_cap_gb)
 
 
 def plan_report(
@@ -74,6 +78,7 @@ def plan_report(
     completion_tokens: float | None = None,
     generation_tok_s: float | None = None,
     generation_gpus: int = 8,
+    scratch_cap_gb: float | None = None,
     as_json: bool = False,
 ) -> list[str]:
     plan = capacity_plan(
@@ -86,6 +91,7 @@ def plan_report(
         completion_tokens,
         generation_tok_s,
         generation_gpus,
+        scratch_cap_gb,
     )
     if not as_json:
         return plan_lines(plan)
@@ -102,6 +108,16 @@ def plan_report(
                 "storage_root": str(plan.storage_root),
                 "free_bytes": plan.free_bytes,
                 "fits": {"bfloat16": plan.fits("bfloat16"), "fp8": plan.fits("fp8")},
+                "scratch_cap_bytes": plan.scratch_cap_bytes,
+                "features": {
+                    features: {
+                        "peak_bytes": {dtype: plan.total(dtype, features) for dtype in FEATURE_DTYPES},
+                        "kept_bytes": {dtype: plan.kept(dtype, features) for dtype in FEATURE_DTYPES},
+                        "extraction_gpu_hours": plan.extraction_gpu_hours(features),
+                        "gpu_hours": plan.gpu_hours(features),
+                    }
+                    for features in (STORED, ONLINE)
+                },
             },
             indent=2,
         )
