@@ -52,6 +52,20 @@ def chain_assets(tokenizer) -> list[dg.AssetsDefinition]:
     ]
 
 
+def train_checkpoint(assets, instance, resources, run: str) -> Path:
+    """``eagle3_checkpoint`` of training run ``run`` (``TRAIN``), asserting it succeeded: the kept folder."""
+    result = dg.materialize(
+        assets,
+        instance=instance,
+        resources=resources,
+        selection=["eagle3_checkpoint"],
+        partition_key=run,
+        run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
+    )
+    assert result.success
+    return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
+
+
 def weight_reads(monkeypatch) -> list[Path]:
     """Every hashing of a ``model.safetensors`` from now on, by the modules that hash checkpoint files."""
     import eagle_assets.core.files

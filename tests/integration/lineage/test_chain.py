@@ -34,7 +34,7 @@ from eagle_assets.lineage.collect import dagster_input_version, latest_materiali
 from eagle_assets.lineage.record import KEY_ENV, LINEAGE_DIGEST_KEY, read_lineage
 from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.resources import StorageRoot, Verifier
-from tests.helpers.lineage import TRAIN, chain_assets, weight_reads
+from tests.helpers.lineage import chain_assets, train_checkpoint, weight_reads
 from tests.helpers.upstream import PARTITION
 
 runner = CliRunner()
@@ -68,19 +68,9 @@ def chain(tiny_verifier, tmp_path_factory):
         # Kept with a lineage key configured, as an operator who hands checkpoints to others would.
         os.environ[KEY_ENV] = KEY
         try:
-            checkpoint = dg.materialize(
-                assets,
-                instance=instance,
-                resources=resources,
-                selection=["eagle3_checkpoint"],
-                partition_key=RUN,
-                run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
-            )
+            ckpt = train_checkpoint(assets, instance, resources, RUN)
         finally:
             del os.environ[KEY_ENV]
-        assert checkpoint.success
-        [materialization] = checkpoint.get_asset_materialization_events()
-        ckpt = Path(materialization.materialization.metadata["path"].value)
         yield instance, Path(storage.root), ckpt, home
 
 

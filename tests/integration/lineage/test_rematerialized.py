@@ -22,7 +22,7 @@ from eagle_assets.lineage.record import read_lineage
 from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.maintenance.gc import RECIPE_FOLDER, VERSION_FOLDER, find_garbage, report_lines
 from eagle_assets.resources import StorageRoot, Verifier
-from tests.helpers.lineage import TRAIN, chain_assets
+from tests.helpers.lineage import chain_assets, train_checkpoint
 from tests.helpers.upstream import PARTITION
 
 runner = CliRunner()
@@ -53,23 +53,11 @@ def chain(tiny_verifier, tmp_path_factory):
                 run_config={"ops": ops},
             ).success
 
-        def checkpoint() -> Path:
-            result = dg.materialize(
-                assets,
-                instance=instance,
-                resources=resources,
-                selection=["eagle3_checkpoint"],
-                partition_key=RUN,
-                run_config={"ops": {"eagle3_checkpoint": {"config": TRAIN}}},
-            )
-            assert result.success
-            return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
-
         add_training_run(instance, RUN)
         upstream(PER_DATASET_STAGES, prompts=PROMPTS)
-        first = checkpoint()
+        first = train_checkpoint(assets, instance, resources, RUN)
         upstream(PER_DATASET_STAGES, prompts={**PROMPTS, "seed": 1})  # other prompts: new rows everywhere
-        second = checkpoint()
+        second = train_checkpoint(assets, instance, resources, RUN)
         upstream(("token_sequences", "hidden_states"), token_sequences={"max_length": 64})  # shorter rows
         yield instance, Path(storage.root), first, second, home
 
