@@ -128,9 +128,25 @@ def wait_ready(urls: list[str], log, alive: Callable[[], str | None], *, api_key
     log.info(f"vLLM server: ready at {urls} after {time.monotonic() - started:.1f}s")
 
 
+@dataclass(frozen=True)
+class RunningServer:
+    """A ready managed server: its URLs, and ``exited(when)``: why it is gone (port, pid, exit code when
+    this process started it, its log's tail), or None while it runs."""
+
+    urls: list[str]
+    exited: Callable[[str], str | None]
+
+
 @contextmanager
 def serve_managed(launch: ManagedLaunch, log) -> Iterator[list[str]]:
     """Attach to this host's server on the port or launch it; yield its URLs once ready; then leave."""
+    with run_managed(launch, log) as server:
+        yield server.urls
+
+
+@contextmanager
+def run_managed(launch: ManagedLaunch, log) -> Iterator[RunningServer]:
+    """:func:`serve_managed`, yielding the :class:`RunningServer` for a caller that watches it while it works."""
     files = ServerFiles.on_this_host(launch.state_dir, launch.bind_host, launch.port)
     stop_idle_servers(files.state.parent, log, keep=files.state.stem)
     with server_lock(files.state):
@@ -160,13 +176,13 @@ def serve_managed(launch: ManagedLaunch, log) -> Iterator[list[str]]:
     pid = state["pid"]
     urls = server_urls(launch.bind_host, launch.port)
 
-    def alive() -> str | None:
+    def exited(when: str = "") -> str | None:
         dead = proc.poll() is not None if proc is not None else not pid_is_vllm(pid)
         if not dead:
             return None
         code = f" with exit code {proc.returncode}" if proc is not None else ""
         return (
-            f"the vLLM server (pid {pid}) exited{code} before it was ready. Last lines of {files.log}:\n"
+            f"the vLLM server on port {launch.port} (pid {pid}) exited{code}{when}. Last lines of {files.log}:\n"
             f"{read_tail(files.log)}"
         )
 
@@ -175,8 +191,14 @@ def serve_managed(launch: ManagedLaunch, log) -> Iterator[list[str]]:
         heartbeat.start()
         files.log.touch()  # an attached server's log may have been cleaned away
         follower.start()
-        wait_ready(urls, log, alive, api_key=launch.api_key, timeout_s=launch.startup_timeout_s)
-        yield urls
+        wait_ready(
+            urls,
+            log,
+            lambda: exited(" before it was ready"),
+            api_key=launch.api_key,
+            timeout_s=launch.startup_timeout_s,
+        )
+        yield RunningServer(urls, exited)
     finally:
         follower.stop()
         heartbeat.stop()

@@ -25,6 +25,13 @@ def port_in_use(host: str, port: int) -> bool:
         return False
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS's pick)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def pid_is_vllm(pid: int) -> bool:
     """Whether ``pid`` is alive and (where /proc exists) still a vLLM API server, not a reused pid."""
     try:

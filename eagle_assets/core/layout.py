@@ -87,6 +87,11 @@ TRAINING_LINKS = "hidden_states"
 TRAINER_DONE_FILE = "done.json"
 # A trainer folder (under WORK_DIR): one speculators training process's checkpoints and metrics.
 TRAINER_FOLDER_PREFIX = "trainer-"
+# Training with ``features: online``: the extraction server's scratch folder (under WORK_DIR, one per
+# server port), where its connector writes each row's file until the trainer has loaded and deleted it,
+# and the note the connector leaves there when a write found no room under the scratch cap.
+ONLINE_SCRATCH_PREFIX = "online-scratch-"
+SCRATCH_CAP_ERROR_FILE = "scratch-cap-error.txt"
 
 # eagle3_eval
 EVAL_REPORT_FILE = "report.json"
@@ -142,6 +147,11 @@ def sequences_file(root: str | Path, partition: str) -> Path:
 def index_file(root: str | Path, partition: str) -> Path:
     """The current hidden-state index of ``partition``."""
     return current_folder(asset_folder(root, HIDDEN_STATES, partition)) / INDEX_FILE
+
+
+def online_scratch_folder(root: str | Path, port: int) -> Path:
+    """The scratch folder of the online-features server on ``port`` (not created)."""
+    return asset_folder(root, EAGLE3_CHECKPOINT) / WORK_DIR / f"{ONLINE_SCRATCH_PREFIX}{port}"
 
 
 def named_checkpoint(name: str, checkpoints: str | Path) -> Path:

@@ -20,10 +20,13 @@ verdicts :mod:`~eagle_assets.eagle3_checkpoint.checks`.
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
 import time
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
+from eagle_assets.capacity import DEFAULT_SCRATCH_CAP_GB
+from eagle_assets.capacity.plan import ONLINE, STORED
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, HIDDEN_STATES, PIPELINE, PROMPTS, TOKEN_SEQUENCES, WORK_DIR
 from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
 from eagle_assets.eagle3_checkpoint.checks import (
@@ -31,6 +34,7 @@ from eagle_assets.eagle3_checkpoint.checks import (
     loads_check_result,
     matches_verifier_check_result,
 )
+from eagle_assets.eagle3_checkpoint.online_features import OnlineSpec
 from eagle_assets.eagle3_checkpoint.saved import speculators_load_problems
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
 from eagle_assets.eagle3_checkpoint.training import (
@@ -68,6 +72,19 @@ class Eagle3TrainingConfig(dg.Config, TrainingSettings):
         description="Dataset partitions to train on (their train split; their validation split picks the best "
         "epoch); empty = every partition whose token_sequences and hidden_states are materialized.",
     )
+    features: Literal["stored", "online"] = Field(
+        default=STORED,
+        description="Where the hidden states come from: stored = the hidden_states materializations; online = a "
+        "vLLM extract_hidden_states server started for the run computes them from token_sequences while the "
+        "trainer runs (again every epoch; stored files are used where they exist), written to a scratch "
+        "folder and deleted once loaded. Online needs a vLLM verifier backend (vllm, kimi).",
+    )
+    scratch_cap_gb: float = Field(
+        default=DEFAULT_SCRATCH_CAP_GB,
+        gt=0,
+        description="features: online: the most the server's scratch folder may hold (GB = 1e9 bytes); the "
+        "server waits for the trainer to delete files rather than exceed it. At least the longest row's features.",
+    )
     min_val_accuracy: float = Field(
         default=MIN_VAL_ACCURACY,
         ge=0,
@@ -79,6 +96,20 @@ class Eagle3TrainingConfig(dg.Config, TrainingSettings):
 
 def _settings(config: Eagle3TrainingConfig) -> TrainingSettings:
     return TrainingSettings(**config.model_dump(include=set(TrainingSettings.model_fields)))
+
+
+def online_spec(config: Eagle3TrainingConfig, verifier: Verifier) -> OnlineSpec | None:
+    """The online features' settings from the config and the verifier resource; None for stored features."""
+    if config.features != ONLINE:
+        return None
+    return OnlineSpec(
+        layer_ids=tuple(verifier.layer_ids()),
+        feature_dtype=verifier.feature_dtype,
+        scratch_cap_bytes=round(config.scratch_cap_gb * 1e9),
+        dtype=verifier.dtype,
+        batch_tokens=verifier.batch_tokens,
+        engine_args=verifier.resolved_engine_args(),
+    )
 
 
 def recipe_of(config: Eagle3TrainingConfig) -> dict:
@@ -116,6 +147,8 @@ def checkpoint_metadata(
         "train_loss": summary["train_loss"],
         "tokens_per_s": summary["tokens_per_s"],
         **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
+        # Online: how many rows the extraction server computed (each epoch); stored runs record nothing here.
+        **({"features": ONLINE, "generated_rows": data.generated_rows} if data.online else {}),
         **lineage_metadata(kept.lineage),
         **plan_numbers,
         # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
@@ -153,11 +186,13 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         run_name = context.partition_key
         recipe = recipe_of(config)
         _check_recipe(context.instance, run_name, recipe)
+        online = online_spec(config, verifier)
         try:
-            chosen = choose_partitions(config.partitions, partitions.get_partition_keys(), root, context.log)
+            known = partitions.get_partition_keys()
+            chosen = choose_partitions(config.partitions, known, root, context.log, online is not None)
             work = storage.path(EAGLE3_CHECKPOINT) / WORK_DIR
             model_path, backend = verifier.resolved_model_path(), verifier.get_backend()
-            plan = plan_training(root, chosen, work, backend, model_path, _settings(config), context.log)
+            plan = plan_training(root, chosen, work, backend, model_path, _settings(config), context.log, online)
         except CheckpointTrainingError as err:
             raise dg.Failure(str(err)) from err
         kept = train_and_keep(
@@ -174,6 +209,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             recipe=recipe,
             code_version=CODE_VERSION,
             dagster_run_id=context.run.run_id,
+            storage_root=root,
         )
         context.log.info(
             f"kept checkpoint {kept.folder} (epoch {kept.summary['best_epoch']}, val loss "

@@ -10,14 +10,14 @@ settings: re-running after a crash resumes from speculators' last epoch checkpoi
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from eagle_assets.core.child_process import die_with_parent
 from eagle_assets.core.files import combined_hash, write_json
 from eagle_assets.core.layout import TRAINER_DONE_FILE, TRAINER_FOLDER_PREFIX
 from eagle_assets.eagle3_checkpoint.settings import RESOLVED_FIELDS, TrainingSettings
+from eagle_assets.eagle3_checkpoint.trainer_metrics import TrainingFailed, summarize_metrics
 from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count
 from eagle_assets.eagle3_checkpoint.training_data import TrainingData
@@ -34,10 +35,6 @@ from eagle_assets.hidden_states.files import TRAINER_BACKENDS
 # NVLink multicast (NVLS) off unless the caller's environment says otherwise: a small draft's DDP
 # all-reduce does not need it, and on shared hosts a job using it can take the GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-
-
-class TrainingFailed(RuntimeError):
-    """The training process exited with an error; the message holds the end of its log."""
 
 
 @dataclass(frozen=True)
@@ -67,9 +64,16 @@ def _mask_token_id(verifier_path: str) -> int:
 
 
 def speculators_flags(
-    settings: TrainingSettings, data: TrainingData, vocab: DraftVocab, verifier_path: str, save_path: Path, on_cpu: bool
+    settings: TrainingSettings,
+    data: TrainingData,
+    vocab: DraftVocab,
+    verifier_path: str,
+    save_path: Path,
+    on_cpu: bool,
+    endpoint: str | None = None,
 ) -> list[str]:
-    """The ``speculators train`` flags for this run."""
+    """The ``speculators train`` flags for this run; ``endpoint``: the extraction server's base URL, which
+    computes the hidden states of every row without a file (``features: online``)."""
     attention = settings.attention_impl
     if attention == "auto":
         attention = "sdpa" if on_cpu else "simple_flex_attention"
@@ -101,7 +105,8 @@ def speculators_flags(
         # The validation split's rows are the dataset's tail: speculators validates on exactly them.
         "train_data_ratio": data.train_data_ratio,
         "mask_token_id": _mask_token_id(verifier_path),
-        "on_missing": "raise",  # every row has its hidden states; never ask a vLLM server for more
+        # Stored: every row has its hidden states; never ask a vLLM server for more.
+        "on_missing": "generate" if endpoint else "raise",
         "log_freq": settings.log_every_steps,
         # The hs-connectors reader for the features' storage dtype ("fp8" dequantizes on load): no conversion.
         "hidden_states_backend": TRAINER_BACKENDS[data.manifest.dtype],
@@ -112,6 +117,8 @@ def speculators_flags(
         # 12 workers left an H200 waiting for batches (see loader_workers).
         workers = 0 if on_cpu else gpu_worker_count(settings.num_processes)
     flags["num_workers"] = workers
+    if endpoint:
+        flags["vllm_endpoint"] = endpoint
     argv = []
     for key, value in flags.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -163,13 +170,37 @@ def process_env() -> dict[str, str]:
     return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
 
 
-def run_streaming(command: list[str], log, cwd: Path, done: Callable[[], bool] | None = None) -> None:
+def _watched(proc: subprocess.Popen, watch: Callable[[], str | None], found: list[str]) -> threading.Event:
+    """Poll ``watch`` each second while ``proc`` runs; kill ``proc`` once it names a problem (into ``found``).
+    Set the returned event to stop watching."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(1.0) and proc.poll() is None:
+            if (problem := watch()) is not None:
+                found.append(problem)
+                proc.kill()
+                return
+
+    threading.Thread(target=loop, name="trainer-watch", daemon=True).start()
+    return stop
+
+
+def run_streaming(
+    command: list[str],
+    log,
+    cwd: Path,
+    done: Callable[[], bool] | None = None,
+    watch: Callable[[], str | None] | None = None,
+) -> None:
     """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure.
 
     ``done``, checked after each line: once it is true nothing more is wanted from the process, which is
-    killed (a benchmark stops a trainer once its timed epochs are over)."""
+    killed (a benchmark stops a trainer once its timed epochs are over). ``watch``, polled each second:
+    a problem it names (a dead extraction server) kills the process and is the error raised."""
     env = process_env()
     tail: deque[str] = deque(maxlen=40)
+    problems: list[str] = []
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -180,6 +211,7 @@ def run_streaming(command: list[str], log, cwd: Path, done: Callable[[], bool] |
         env=env,
         preexec_fn=die_with_parent,
     )
+    stop_watching = _watched(proc, watch, problems) if watch is not None else threading.Event()
     try:
         for line in proc.stdout:
             line = line.rstrip()
@@ -199,55 +231,27 @@ def run_streaming(command: list[str], log, cwd: Path, done: Callable[[], bool] |
         except subprocess.TimeoutExpired:
             proc.kill()
         raise
+    finally:
+        stop_watching.set()
+    if problems:
+        raise TrainingFailed(f"training stopped: {problems[0]}")
     if code != 0:
         raise TrainingFailed(f"training exited with code {code}; last lines:\n" + "\n".join(tail))
 
 
-def _wall_clock_rates(trains: list[dict]) -> list[float]:
-    """Tokens/s between consecutive metric records of one epoch: steps between them x tokens per step /
-    seconds between them. speculators' own per-step figure starts its clock, for a record after
-    unlogged steps, before the GPU has drained them, so it reads low when ``log_freq`` > 1."""
-    rates = []
-    for before, after in itertools.pairwise(trains):
-        profile = after.get("profile") or {}
-        seconds = after["time"] - before["time"]
-        if after.get("epoch") != before.get("epoch") or seconds <= 0 or not profile.get("step_ms"):
-            continue
-        tokens_per_step = profile["tokens_per_s"] * profile["step_ms"] / 1000
-        rates.append((after["global_step"] - before["global_step"]) * tokens_per_step / seconds)
-    return rates
-
-
-def summarize_metrics(metrics_file: Path) -> dict:
-    """Best-epoch validation metrics, last training loss and median tokens/s from the metrics file."""
-    records = [json.loads(line) for line in Path(metrics_file).read_text().splitlines() if line.strip()]
-    vals = [r for r in records if "val" in r and "loss_epoch" in r["val"]]
-    trains = [r for r in records if "train" in r]
-    if not vals:
-        raise TrainingFailed(f"{metrics_file} holds no validation record: training ended before one epoch")
-    best = min(vals, key=lambda r: r["val"]["loss_epoch"])
-    rates = _wall_clock_rates(trains) or [
-        r["profile"]["tokens_per_s"] for r in trains if (r.get("profile") or {}).get("tokens_per_s")
-    ]
-    summary = {
-        "best_epoch": int(best["epoch"]),
-        "epochs_run": len(vals),
-        "val_loss": best["val"]["loss_epoch"],
-        "train_loss": trains[-1]["train"].get("loss") if trains else None,
-        "train_steps": int(trains[-1]["global_step"]) + 1 if trains else 0,
-        "tokens_per_s": statistics.median(rates) if rates else None,
-    }
-    for key, value in best["val"].items():
-        if key.startswith(("full_acc_", "cond_acc_")):
-            summary[f"val_{key.removesuffix('_epoch')}"] = value
-    return summary
-
-
 def train(
-    data: TrainingData, vocab: DraftVocab, verifier_path: str, settings: TrainingSettings, work_root: Path, log
+    data: TrainingData,
+    vocab: DraftVocab,
+    verifier_path: str,
+    settings: TrainingSettings,
+    work_root: Path,
+    log,
+    serve: Callable[[], AbstractContextManager] | None = None,
 ) -> TrainerResult:
     """Train (or resume, or reuse) the run for these inputs; return its best checkpoint folder.
-    ``settings`` must be complete (:func:`~eagle_assets.eagle3_checkpoint.settings.resolve_settings`)."""
+    ``settings`` must be complete (:func:`~eagle_assets.eagle3_checkpoint.settings.resolve_settings`).
+    ``serve`` (``features: online``): entered around the training process only, it yields the
+    extraction server (``url``, ``problem()``)."""
     unset = [name for name in RESOLVED_FIELDS if getattr(settings, name) is None]
     if unset:
         raise ValueError(
@@ -267,10 +271,12 @@ def train(
     on_cpu = needs_cpu_adaptations()
     # Resolved after the trainer folder is named: it stays keyed by the setting as given ("0" = every GPU).
     settings = settings.model_copy(update={"num_processes": resolve_process_count(settings.num_processes, on_cpu)})
-    argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu)
-    command = launch_command(settings, metrics_file, argv)
-    log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")
-    run_streaming(command, log, cwd=folder)
+    with serve() if serve is not None else nullcontext() as server:
+        endpoint = server.url if server is not None else None
+        argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu, endpoint)
+        command = launch_command(settings, metrics_file, argv)
+        log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")
+        run_streaming(command, log, cwd=folder, watch=server.problem if server is not None else None)
     if not best_dir.exists():
         raise TrainingFailed(f"training finished without {best_dir}: no validation epoch completed")
     summary = summarize_metrics(metrics_file)

@@ -24,6 +24,13 @@ from eagle_assets.core.layout import (
     sequences_file,
 )
 from eagle_assets.eagle3_checkpoint import trainer
+from eagle_assets.eagle3_checkpoint.online_features import (
+    OnlineRun,
+    OnlineSpec,
+    check_scratch_cap,
+    online_manifest,
+    recorded_manifest,
+)
 from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint, verifier_facts, verifier_mismatches
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
 from eagle_assets.eagle3_checkpoint.training_data import (
@@ -61,26 +68,26 @@ def recipe_refusal(training_run: str, changes: list[str]) -> str:
     )
 
 
-def has_features(root: Path, partition: str) -> bool:
-    """Whether ``partition`` has materialized ``token_sequences`` and ``hidden_states``."""
-    return sequences_file(root, partition).exists() and index_file(root, partition).exists()
+def has_features(root: Path, partition: str, online: bool = False) -> bool:
+    """Whether ``partition`` has materialized ``token_sequences`` and (unless ``online``) ``hidden_states``."""
+    return sequences_file(root, partition).exists() and (online or index_file(root, partition).exists())
 
 
-def choose_partitions(requested: list[str], known: list[str], root: Path, log) -> list[str]:
-    """``requested`` (each a registered dataset partition), or every known partition with features."""
+def choose_partitions(requested: list[str], known: list[str], root: Path, log, online: bool = False) -> list[str]:
+    """``requested`` (each a registered dataset partition), or every known partition with features
+    (``online``: with token_sequences)."""
     if requested:
         unknown = sorted(set(requested) - set(known))
         if unknown:
             raise CheckpointTrainingError(f"partitions {unknown} are not registered dataset sources; known: {known}")
         return list(requested)
-    chosen = [p for p in known if has_features(root, p)]
+    chosen = [p for p in known if has_features(root, p, online)]
+    wanted = "token_sequences" if online else "token_sequences and hidden_states"
     skipped = sorted(set(known) - set(chosen))
     if skipped:
-        log.info(f"partitions without materialized token_sequences/hidden_states, not used: {skipped}")
+        log.info(f"partitions without materialized {wanted.replace(' and ', '/')}, not used: {skipped}")
     if not chosen:
-        raise CheckpointTrainingError(
-            "no partition has materialized token_sequences and hidden_states: materialize them first"
-        )
+        raise CheckpointTrainingError(f"no partition has materialized {wanted}: materialize them first")
     return chosen
 
 
@@ -94,6 +101,7 @@ class TrainingPlan:
     settings: TrainingSettings  # every setting filled (resolve_settings)
     resolved_from_verifier: dict[str, str]  # the settings filled from the verifier's shape, and how
     text_config: object  # the verifier decoder's transformers config
+    online: OnlineSpec | None = None  # features: online (None: stored)
 
 
 def plan_training(
@@ -104,11 +112,16 @@ def plan_training(
     model_path: Path,
     settings: TrainingSettings,
     log,
+    online: OnlineSpec | None = None,
 ) -> TrainingPlan:
     """Lay out the speculators training folder for ``partitions`` under ``work``, check its features were
-    captured from this verifier, fill the settings the verifier decides, and pick the draft vocabulary."""
+    captured from this verifier, fill the settings the verifier decides, and pick the draft vocabulary.
+    ``online``: the features come from an extraction server (stored files where they exist)."""
     try:
-        data = build_training_data(root, partitions, work, log=log)
+        made_online = online_manifest(backend, model_path, online) if online is not None else None
+        data = build_training_data(root, partitions, work, log=log, online=made_online)
+        if online is not None:
+            check_scratch_cap(online.scratch_cap_bytes, data.longest_row, data.manifest)
     except TrainingDataError as err:
         raise CheckpointTrainingError(str(err)) from err
     manifest = data.manifest
@@ -135,7 +148,12 @@ def plan_training(
     log.info(
         f"draft vocabulary: {vocab.size} of {vocab_size} tokens, covering {vocab.coverage:.1%} of supervised tokens"
     )
-    return TrainingPlan(list(partitions), data, vocab, settings, resolved, text_config)
+    if data.online:
+        log.info(
+            f"features online: {data.generated_rows} of {data.num_rows} rows from the extraction server each "
+            f"epoch, the rest from stored hidden_states; scratch cap {online.scratch_cap_bytes} bytes"
+        )
+    return TrainingPlan(list(partitions), data, vocab, settings, resolved, text_config, online)
 
 
 @dataclass(frozen=True)
@@ -160,6 +178,7 @@ def training_record(
     backend_name: str,
     model_path: Path,
     dagster_run_id: str,
+    online_features: dict | None = None,
 ) -> dict:
     """``training.json``: the recipe and settings, the data, vocabulary and verifier, and the metrics."""
     data, vocab, manifest = plan.data, plan.vocab, plan.data.manifest
@@ -194,7 +213,7 @@ def training_record(
         },
         "trainer": {"folder": str(trained.folder), "dagster_run_id": dagster_run_id},
         "metrics": trained.summary,
-    }
+    } | ({"online_features": online_features} if online_features else {})
 
 
 def train_and_keep(
@@ -210,16 +229,20 @@ def train_and_keep(
     recipe: dict,
     code_version: str,
     dagster_run_id: str,
+    storage_root: Path | None = None,
 ) -> KeptCheckpoint:
     """Train (or resume, or reuse) the draft of ``plan`` under ``work``, then keep its best epoch under
     ``checkpoints`` with ``training.json`` (:func:`training_record`) and ``lineage.json``
     (``lineage_of(training, training_folder)``: the record
     :func:`~eagle_assets.lineage.record.write_lineage` completes with the checkpoint's own files, and signs
-    when a lineage key is configured)."""
+    when a lineage key is configured). ``storage_root``: where an online run's extraction server keeps its
+    scratch folder."""
     key = lineage_key()  # read first: a key file that cannot be read fails now, not after the training
     # A nested (Kimi-K2.5) config is resolved into a plain decoder folder speculators can read.
     trained_against = training_verifier(backend, model_path, work)
-    trained = trainer.train(plan.data, plan.vocab, str(trained_against), plan.settings, work, log)
+    online = OnlineRun(storage_root, backend, plan.data, plan.online, log) if plan.online else None
+    serve = online.serve if online is not None else None
+    trained = trainer.train(plan.data, plan.vocab, str(trained_against), plan.settings, work, log, serve)
     training = training_record(
         plan,
         trained,
@@ -229,6 +252,7 @@ def train_and_keep(
         backend_name=backend.name,
         model_path=model_path,
         dagster_run_id=dagster_run_id,
+        online_features=online.record(plan.partitions) if online is not None else None,
     )
     lineage = lineage_of(training, plan.data.path)
     folder, digest, lineage_sha256 = keep_checkpoint(
@@ -257,9 +281,11 @@ def verifier_problems(checkpoint: Path, root: Path, backend: VerifierBackend, mo
     """Where ``checkpoint`` disagrees with the verifier and with the ``hidden_states`` manifests it was
     trained on (the partitions its ``training.json`` names)."""
     facts = verifier_facts(backend, model_path)
-    partitions = json.loads((checkpoint / TRAINING_FILE).read_text())["data"]["partitions"]
+    training = json.loads((checkpoint / TRAINING_FILE).read_text())
+    if (online := recorded_manifest(training)) is not None:  # no hidden_states manifest: what the server made
+        return verifier_mismatches(checkpoint, facts, online)
     problems = []
-    for partition in partitions:
+    for partition in training["data"]["partitions"]:
         problems += verifier_mismatches(
             checkpoint, facts, FeatureManifest.read(asset_folder(root, HIDDEN_STATES, partition))
         )

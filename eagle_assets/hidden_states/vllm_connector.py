@@ -11,13 +11,23 @@ pool with an event that is already complete. On GPU the upstream code runs uncha
 ``FP8CPUSafeHiddenStatesConnector`` is the same change on hs-connectors' ``FP8HiddenStatesConnector``
 (e4m3 ``hidden_states`` + fp32 per-token ``hidden_states_scales``); its own ``_write_tensors`` still
 does the quantizing. vLLM loads either through ``kv_connector_module_path`` = this module.
+
+With a scratch cap in the extra config (``vllm_engine.kv_transfer_config``) each file is written only
+once the scratch folder has room for it: a reader (speculators' ``FileTransfer``) deletes each file
+after loading it, so a trainer that falls behind holds the server back instead of filling the disk.
+Writes are serialized for that (the server has one writer then); a write that finds no room within the
+wait fails and leaves :data:`~eagle_assets.core.layout.SCRATCH_CAP_ERROR_FILE` saying so, which the
+trainer's watcher turns into the run's error.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import threading
+import time
 from functools import partial
+from pathlib import Path
 
 import torch
 from hs_connectors.fp8_hidden_states_connector import FP8HiddenStatesConnector
@@ -26,6 +36,25 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connecto
     PendingSave,
     extract_from_kv_cache,
 )
+
+from eagle_assets.capacity import feature_bytes
+from eagle_assets.core.layout import BF16, FP8, SCRATCH_CAP_ERROR_FILE
+from eagle_assets.hidden_states.vllm_engine import SCRATCH_CAP_KEY, SCRATCH_WAIT_KEY
+
+
+def folder_bytes(folder: str | Path) -> int:
+    """Bytes of the files in ``folder`` (a file deleted while counting counts 0)."""
+    total = 0
+    for entry in os.scandir(folder):
+        try:
+            total += entry.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
+class ScratchCapError(RuntimeError):
+    """A file found no room under the scratch cap in time."""
 
 
 class _CompletedEvent:
@@ -65,9 +94,45 @@ class _CPUCopyMixin:
         return None
 
 
-class CPUSafeHiddenStatesConnector(_CPUCopyMixin, ExampleHiddenStatesConnector):
+class _ScratchCapMixin:
+    """Waits, before each write, until the scratch folder holds at most the cap minus this file's bytes."""
+
+    feature_dtype = BF16
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._scratch_write_lock = threading.Lock()
+
+    def _write_tensors(self, tensors, event, filename: str, lock_fd: int | None) -> None:
+        config = self._kv_transfer_config
+        cap = int(config.get_from_extra_config(SCRATCH_CAP_KEY, 0))
+        if not cap:
+            return super()._write_tensors(tensors, event, filename, lock_fd)
+        tokens, layers, hidden = tensors["hidden_states"].shape
+        needed = feature_bytes(int(tokens), 1, int(layers), int(hidden), self.feature_dtype)
+        scratch = Path(filename).parent
+        deadline = time.monotonic() + float(config.get_from_extra_config(SCRATCH_WAIT_KEY, 600))
+        with self._scratch_write_lock:
+            while (held := folder_bytes(scratch)) + needed > cap:
+                if time.monotonic() >= deadline:
+                    message = (
+                        f"scratch cap {cap} bytes: {Path(filename).name} ({needed} bytes) found no room in "
+                        f"{scratch} ({held} bytes held) in time; is the trainer loading and deleting its "
+                        "files? Raise scratch_cap_gb, or look for files a dead reader left"
+                    )
+                    (scratch / SCRATCH_CAP_ERROR_FILE).write_text(message)
+                    if lock_fd is not None:
+                        os.close(lock_fd)  # the reader fails on a missing file instead of waiting on the lock
+                    raise ScratchCapError(message)
+                time.sleep(0.05)
+            return super()._write_tensors(tensors, event, filename, lock_fd)
+
+
+class CPUSafeHiddenStatesConnector(_ScratchCapMixin, _CPUCopyMixin, ExampleHiddenStatesConnector):
     """bf16 files: ``hidden_states`` [tokens, layers, H] + ``token_ids`` [tokens]."""
 
 
-class FP8CPUSafeHiddenStatesConnector(_CPUCopyMixin, FP8HiddenStatesConnector):
+class FP8CPUSafeHiddenStatesConnector(_ScratchCapMixin, _CPUCopyMixin, FP8HiddenStatesConnector):
     """FP8 files (hs-connectors' format): e4m3 ``hidden_states`` + fp32 ``hidden_states_scales``."""
+
+    feature_dtype = FP8

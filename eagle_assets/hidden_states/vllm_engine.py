@@ -19,6 +19,7 @@ Dagster step process, pytest and the CLI are.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -34,6 +35,10 @@ CONNECTORS = {"bfloat16": "CPUSafeHiddenStatesConnector", "fp8": "FP8CPUSafeHidd
 # On a CPU host vLLM sizes its KV cache from this variable (GiB) and otherwise claims 92 % of RAM.
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 DEFAULT_CPU_KV_CACHE_GIB = "1"
+# The connector's extra-config keys of a scratch cap: bytes the scratch folder may hold, and how long a
+# write waits for room before it fails naming the cap.
+SCRATCH_CAP_KEY = "scratch_cap_bytes"
+SCRATCH_WAIT_KEY = "scratch_wait_s"
 
 
 def speculative_config(layer_ids: Sequence[int]) -> dict:
@@ -44,17 +49,39 @@ def speculative_config(layer_ids: Sequence[int]) -> dict:
     }
 
 
-def kv_transfer_config(scratch: str | Path, feature_dtype: str = "bfloat16") -> dict:
+def kv_transfer_config(
+    scratch: str | Path, feature_dtype: str = "bfloat16", scratch_cap_bytes: int = 0, scratch_wait_s: float = 0
+) -> dict:
+    """The connector's config; ``scratch_cap_bytes`` > 0 caps what its scratch folder holds (a write
+    waits up to ``scratch_wait_s`` for the reader to delete files)."""
     if feature_dtype not in CONNECTORS:
         raise ValueError(
             f"feature_dtype {feature_dtype!r} has no hidden-states connector: use one of {sorted(CONNECTORS)}"
         )
+    extra: dict[str, Any] = {"shared_storage_path": str(scratch)}
+    if scratch_cap_bytes:
+        extra |= {SCRATCH_CAP_KEY: int(scratch_cap_bytes), SCRATCH_WAIT_KEY: float(scratch_wait_s)}
     return {
         "kv_connector": CONNECTORS[feature_dtype],
         "kv_connector_module_path": CONNECTOR_MODULE,
         "kv_role": "kv_producer",
-        "kv_connector_extra_config": {"shared_storage_path": str(scratch)},
+        "kv_connector_extra_config": extra,
     }
+
+
+def serve_flags(engine_kwargs: Mapping[str, Any]) -> list[str]:
+    """``vllm.LLM`` keyword arguments as ``vllm serve`` flags: booleans as ``--x`` / ``--no-x``, dicts
+    and lists as JSON, the rest as text."""
+    flags: list[str] = []
+    for name, value in engine_kwargs.items():
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+        elif isinstance(value, dict | list | tuple):
+            flags += [f"--{flag}", json.dumps(value)]
+        else:
+            flags += [f"--{flag}", str(value)]
+    return flags
 
 
 @dataclass(frozen=True)
@@ -76,8 +103,11 @@ class EngineSettings:
     # verifier resource's ``engine_args``); they win over the fields above.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def engine_kwargs(self, model_path, layer_ids: Sequence[int], scratch) -> dict:
-        """Keyword arguments of ``vllm.LLM`` / ``EngineArgs``."""
+    def engine_kwargs(
+        self, model_path, layer_ids: Sequence[int], scratch, scratch_cap: tuple[int, float] = (0, 0)
+    ) -> dict:
+        """Keyword arguments of ``vllm.LLM`` / ``EngineArgs``; ``scratch_cap``: (bytes, wait seconds), see
+        :func:`kv_transfer_config`."""
         return {
             "model": str(model_path),
             "tensor_parallel_size": self.tensor_parallel_size,
@@ -87,7 +117,7 @@ class EngineSettings:
             "dtype": self.dtype,
             "enforce_eager": self.enforce_eager,
             "speculative_config": speculative_config(layer_ids),
-            "kv_transfer_config": kv_transfer_config(scratch, self.feature_dtype),
+            "kv_transfer_config": kv_transfer_config(scratch, self.feature_dtype, *scratch_cap),
             "enable_chunked_prefill": False,
             "enable_prefix_caching": False,
             **dict(self.extra),

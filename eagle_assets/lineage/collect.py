@@ -186,10 +186,12 @@ def collect_lineage(
     Reads the latest materialization of each upstream asset partition from ``instance`` (the run that
     produced the files now on disk) and hashes the files, and those of ``training_folder`` (the
     speculators data folder, under the storage root). ``training`` is the checkpoint's own record
-    (hyperparameters, seed, data, metrics): it is stored as given, with library versions added.
+    (hyperparameters, seed, data, metrics): it is stored as given, with library versions added; its
+    ``online_features`` (``features: online``) are each partition's ``hidden_states`` entry.
     """
     root = Path(storage_root).resolve()
     partitions = list(partitions)
+    online = (training or {}).get("online_features")
     dagster = {
         asset: {p: latest_materialization(instance, asset, p) for p in partitions} for asset in PER_DATASET_STAGES
     }
@@ -223,7 +225,15 @@ def collect_lineage(
             "drift": report.get("drift"),
         }
         manifest = read_json(stored(HIDDEN_STATES, p) / MANIFEST_FILE)
-        sections["hidden_states"][p] = {**manifest, "metadata": meta("hidden_states", p)}
+        stored_features = {**manifest, "metadata": meta("hidden_states", p)}
+        if online:
+            # Features made by the extraction server while training (stored files used where they existed).
+            stored_features = {
+                **online,
+                "token_sequences_version": versions[TOKEN_SEQUENCES][p],
+                "stored": stored_features if manifest else None,
+            }
+        sections["hidden_states"][p] = stored_features
 
     artifacts = upstream_artifacts(root, versions)
     if training_folder is not None:

@@ -114,7 +114,7 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     trained = trainer.TrainerResult(tmp_path / "trainer", best, summary)
     calls = []
 
-    def fake_train(data, vocab, verifier_path, settings, work_root, log):
+    def fake_train(data, vocab, verifier_path, settings, work_root, log, serve=None):
         calls.append((data, vocab, verifier_path, settings, work_root))
         return trained
 
