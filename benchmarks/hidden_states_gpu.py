@@ -26,7 +26,8 @@ writes). ``extract_vs_forward_ratio`` = median extractor tok/s / median forward 
 ``--dtype fp8`` adds a third path to every repeat: the same extractor storing hs-connectors' FP8 format
 (quantized on the device, half the bytes copied and written). Its dequantized tensors are compared with the
 bf16 path's (worst per-token cosine), and ``fp8_vs_bf16_extract_ratio`` = median fp8 tok/s / median bf16
-tok/s is printed with both rates and bytes per token.
+tok/s is printed with both rates and bytes per token, and ``fp8_extract_vs_forward_ratio`` = median fp8 tok/s /
+median forward tok/s.
 """
 
 from __future__ import annotations
@@ -372,6 +373,7 @@ def main() -> None:
                 "fp8_bytes_per_token": round(med(fp8_bytes_per_token)),
                 "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes_per_token) / med(bytes_per_token), 4),
                 "fp8_vs_bf16_extract_ratio": round(med(fp8_rates) / med(fast_rates), 3),
+                "fp8_extract_vs_forward_ratio": round(med(fp8_rates) / med(forward_rates), 3),
             }
         )
     if datasheet:
@@ -383,7 +385,8 @@ def main() -> None:
         f"result shape={result['shape']} rows={low}-{high} batch_tokens={batch_tokens} "
         f"extract_vs_forward_ratio={result['extract_vs_forward_ratio']} "
         f"capture_vs_forward_ratio={result['capture_vs_forward_ratio']} extract_tok_s={result['extract_tok_s']} "
-        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']}",
+        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']}"
+        + (f" fp8_extract_vs_forward_ratio={result['fp8_extract_vs_forward_ratio']}" if fp8_rates else ""),
         flush=True,
     )
     if os.environ.get("OUT"):
