@@ -152,7 +152,7 @@ def verify_lineage(
             if hashed is not None:  # the file appeared after the pool found it gone
                 tally.count(hashed)
 
-    notes: list[str] = []
+    notes: list[str] = online_notes(lineage) if lineage is not None else []
     content_hash = hash_of_model_files(model_hashes) if len(model_hashes) == len(MODEL_FILES) else None
     problems, against_instance = record_problems(folder, instance, content_hash, notes)
     signature = "unchecked"
@@ -184,6 +184,25 @@ def verify_lineage(
     result.hashed_files, result.hashed_bytes = tally.hashed_files, tally.hashed_bytes
     result.seconds = time.monotonic() - started
     return result
+
+
+def online_notes(lineage: Mapping[str, Any]) -> list[str]:
+    """What verify cannot check of a checkpoint trained with ``features: online``: each partition's features
+    were computed by the extraction server while training and deleted once loaded, so only their rows (the
+    ``token_sequences`` files) and any stored files that were linked are on disk to check."""
+    notes = []
+    for partition, features in sorted((lineage.get("hidden_states") or {}).items()):
+        if not isinstance(features, Mapping) or features.get("features") != "online":
+            continue
+        linked = "stored files were linked for some rows" if features.get("stored") else "none was stored"
+        notes.append(
+            f"hidden_states[{partition}]: features computed online while training and never stored "
+            f"({features.get('generated_rows')} rows generated in all; vLLM {features.get('vllm_version')}, "
+            f"{features.get('connector')}, layers {features.get('layer_ids')}, {features.get('dtype')}; "
+            f"{linked}): their rows, token_sequences {features.get('token_sequences_version')}, are checked, "
+            "the features themselves cannot be"
+        )
+    return notes
 
 
 def summary_line(result: Verification) -> str:

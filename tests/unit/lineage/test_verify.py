@@ -37,9 +37,17 @@ KEY = b"a lineage key for the tests"
 NO_ENV = {"DAGSTER_HOME": None, KEY_ENV: None, KEY_FILE_ENV: None}
 
 
-def make_checkpoint(root: Path, *, files: int = 12, key: bytes | None = None, unsized: tuple[int, ...] = ()) -> Path:
+def make_checkpoint(
+    root: Path,
+    *,
+    files: int = 12,
+    key: bytes | None = None,
+    unsized: tuple[int, ...] = (),
+    hidden_states: dict | None = None,
+) -> Path:
     """Hidden-state-like files of decreasing size (so the pool finishes them out of order), a folder of
-    links, and a kept checkpoint whose lineage records them all; ``unsized``: files recorded without a size."""
+    links, and a kept checkpoint whose lineage records them all; ``unsized``: files recorded without a size;
+    ``hidden_states``: the record's hidden_states section."""
     tensors = root / "hidden_states" / "demo" / "tensors"
     tensors.mkdir(parents=True)
     artifacts = []
@@ -58,6 +66,7 @@ def make_checkpoint(root: Path, *, files: int = 12, key: bytes | None = None, un
     (best / "model.safetensors").write_bytes(b"weights" * 1000)
     lineage = {name: {} for name in REQUIRED_KEYS} | {"storage_root": str(root), "artifacts": artifacts}
     lineage["training"] = {"seed": 0}
+    lineage["hidden_states"] = hidden_states or {}
     folder, _, _ = keep_checkpoint(
         best,
         root / EAGLE3_CHECKPOINT,
@@ -229,3 +238,25 @@ def test_the_lineage_key_comes_from_a_file_or_the_environment(tmp_path, monkeypa
         lineage_key()
     with pytest.raises(LineageError, match="cannot be read"):
         lineage_key(tmp_path / "absent")
+
+
+def test_features_computed_online_are_named_as_never_stored(tmp_path):
+    """An online-features checkpoint: what exists is checked, and the note says which features never existed
+    on disk (a stored checkpoint gets no such note)."""
+    online = {
+        "features": "online",
+        "generated_rows": 23,
+        "vllm_version": "0.32.0",
+        "connector": "eagle_assets.hidden_states.vllm_connector.CPUSafeHiddenStatesConnector",
+        "layer_ids": [1, 2, 3, 4],
+        "dtype": "bfloat16",
+        "token_sequences_version": "0123456789abcdef",
+        "stored": None,
+    }
+    folder = make_checkpoint(tmp_path / "data", hidden_states={"demo": online})
+    result = verify_lineage(folder)
+    assert result.problems == []
+    [note] = result.notes
+    assert note.startswith("hidden_states[demo]: features computed online while training and never stored (23 rows")
+    assert "token_sequences 0123456789abcdef, are checked" in note and "none was stored" in note
+    assert verify_lineage(make_checkpoint(tmp_path / "stored")).notes == []
