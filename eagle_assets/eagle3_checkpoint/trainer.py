@@ -126,13 +126,13 @@ def speculators_flags(
     return argv
 
 
-def resolve_process_count(num_processes: int, on_cpu: bool) -> int:
-    """Training processes to start: one per GPU. ``0`` means every visible GPU (one process without
-    GPUs). More processes than visible GPUs would share devices (or fail inside torchrun with a CUDA
-    error far from the setting), so that is refused; on CPU any count runs (gloo)."""
+def resolve_process_count(num_processes: int, on_cpu: bool, visible: int | None = None) -> int:
+    """Training processes to start: one per GPU. ``0`` means every visible GPU (``visible``, else what this
+    process sees; one process without GPUs). More processes than visible GPUs would share devices (or fail
+    inside torchrun with a CUDA error far from the setting), so that is refused; on CPU any count runs (gloo)."""
     import torch
 
-    visible = torch.cuda.device_count()
+    visible = torch.cuda.device_count() if visible is None else visible
     if num_processes == 0:
         return 1 if on_cpu else visible
     if not on_cpu and num_processes > visible:
@@ -165,9 +165,10 @@ def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_a
     return [*head, "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch", *own, "--", *speculators_argv]
 
 
-def process_env() -> dict[str, str]:
-    """The training process's environment: the caller's, multicast off by default, unbuffered output."""
-    return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+def process_env(devices: dict[str, str] | None = None) -> dict[str, str]:
+    """The training process's environment: the caller's, multicast off by default, unbuffered output, and
+    ``devices`` (``CUDA_VISIBLE_DEVICES`` of an online run's trainer)."""
+    return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **(devices or {})}
 
 
 def _watched(proc: subprocess.Popen, watch: Callable[[], str | None], found: list[str]) -> threading.Event:
@@ -192,13 +193,15 @@ def run_streaming(
     cwd: Path,
     done: Callable[[], bool] | None = None,
     watch: Callable[[], str | None] | None = None,
+    devices: dict[str, str] | None = None,
 ) -> None:
     """Run ``command``, forwarding each output line to ``log.info``; raise with the log's tail on failure.
 
     ``done``, checked after each line: once it is true nothing more is wanted from the process, which is
     killed (a benchmark stops a trainer once its timed epochs are over). ``watch``, polled each second:
-    a problem it names (a dead extraction server) kills the process and is the error raised."""
-    env = process_env()
+    a problem it names (a dead extraction server) kills the process and is the error raised. ``devices``: see
+    :func:`process_env`."""
+    env = process_env(devices)
     tail: deque[str] = deque(maxlen=40)
     problems: list[str] = []
     proc = subprocess.Popen(
@@ -269,14 +272,23 @@ def train(
         return TrainerResult(folder, best_dir.resolve(), json.loads(done.read_text()))
     folder.mkdir(parents=True, exist_ok=True)
     on_cpu = needs_cpu_adaptations()
-    # Resolved after the trainer folder is named: it stays keyed by the setting as given ("0" = every GPU).
-    settings = settings.model_copy(update={"num_processes": resolve_process_count(settings.num_processes, on_cpu)})
     with serve() if serve is not None else nullcontext() as server:
+        # Resolved after the trainer folder is named: it stays keyed by the setting as given ("0" = every GPU,
+        # an online run's trainer: every GPU of its share).
+        visible = len(server.split.trainer) if server is not None and server.split.trainer else None
+        processes = resolve_process_count(settings.num_processes, on_cpu, visible)
+        settings = settings.model_copy(update={"num_processes": processes})
         endpoint = server.url if server is not None else None
         argv = speculators_flags(settings, data, vocab, verifier_path, save_path, on_cpu, endpoint)
         command = launch_command(settings, metrics_file, argv)
         log.info(f"training on {'CPU' if on_cpu else 'GPU'}: {' '.join(command)}")
-        run_streaming(command, log, cwd=folder, watch=server.problem if server is not None else None)
+        run_streaming(
+            command,
+            log,
+            cwd=folder,
+            watch=server.problem if server is not None else None,
+            devices=server.split.trainer_env() if server is not None else None,
+        )
     if not best_dir.exists():
         raise TrainingFailed(f"training finished without {best_dir}: no validation epoch completed")
     summary = summarize_metrics(metrics_file)
