@@ -29,6 +29,7 @@ import httpx
 from eagle_assets.backends import ExtractionRequest, VerifierBackend
 from eagle_assets.capacity import feature_bytes
 from eagle_assets.core.layout import (
+    ONLINE_SCRATCH_PREFIX,
     SCRATCH_CAP_ERROR_FILE,
     TOKEN_SEQUENCES,
     asset_folder,
@@ -45,13 +46,15 @@ from eagle_assets.hidden_states.vllm_engine import (
     serve_flags,
 )
 from eagle_assets.resources.server_lifecycle import ManagedLaunch, launch_fingerprint, run_managed
-from eagle_assets.resources.server_process import VLLM_MODULE, free_port
-from eagle_assets.resources.server_state import DEFAULT_IDLE_STOP_S, server_state_dir
+from eagle_assets.resources.server_process import VLLM_MODULE, free_port, port_in_use
+from eagle_assets.resources.server_state import server_state_dir
 
 # A write waits this long for the trainer to free scratch room before it fails naming the cap.
 SCRATCH_WAIT_S = 600.0
 STARTUP_TIMEOUT_S = 1800.0  # a Kimi-K2.5-sized verifier loads for ~25 minutes
 STOP_GRACE_S = 30.0
+# A server of a killed run serves nobody else: the next managed start stops it once it has no live user.
+IDLE_STOP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def server_launch(
         startup_timeout_s=STARTUP_TIMEOUT_S,
         stop_grace_s=STOP_GRACE_S,
         keep_alive=False,
-        idle_stop_after_s=DEFAULT_IDLE_STOP_S,
+        idle_stop_after_s=IDLE_STOP_S,
     )
 
 
@@ -194,10 +197,21 @@ def online_server(
     log.info(f"features: online: {spec.split.describe()}")
     try:
         with run_managed(launch, log) as running:
+            # By now the servers of killed runs are stopped (run_managed stops servers without a live user).
+            remove_stale_scratch(scratch.parent, keep=scratch, log=log)
             url = running.urls[0]
             yield OnlineServer(url, port, scratch, _vllm_version(url), connector, running.exited, spec.split)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def remove_stale_scratch(work: Path, keep: Path, log) -> None:
+    """Remove the scratch folders under ``work`` whose server no longer listens (a killed run's), but ``keep``."""
+    for folder in work.glob(f"{ONLINE_SCRATCH_PREFIX}*"):
+        port = folder.name.removeprefix(ONLINE_SCRATCH_PREFIX)
+        if folder != keep and port.isdigit() and not port_in_use("127.0.0.1", int(port)):
+            log.info(f"removing {folder}: the scratch folder of a server that is gone")
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class OnlineRun:

@@ -193,3 +193,25 @@ def test_a_problem_the_watch_names_stops_the_trainer_with_it(tmp_path):
             watch=lambda: reason if time.monotonic() - started > 1 else None,
         )
     assert time.monotonic() - started < 30
+
+
+def test_scratch_folders_of_servers_that_are_gone_are_removed(tmp_path):
+    """A killed run's scratch folder goes at the next online run; a live server's, and the run's own, stay."""
+    import logging
+    import socket
+
+    from eagle_assets.core.layout import ONLINE_SCRATCH_PREFIX
+    from eagle_assets.eagle3_checkpoint.online_features import remove_stale_scratch
+    from eagle_assets.resources.server_process import free_port
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        live_port = listening.getsockname()[1]
+        gone, live, own = (tmp_path / f"{ONLINE_SCRATCH_PREFIX}{port}" for port in (free_port(), live_port, 1))
+        for folder in (gone, live, own):
+            (folder / "left.safetensors").parent.mkdir(parents=True)
+            (folder / "left.safetensors").write_bytes(b"x")
+        (tmp_path / "trainer-0").mkdir()
+        remove_stale_scratch(tmp_path, keep=own, log=logging.getLogger("test"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, own.name, "trainer-0"])
