@@ -21,8 +21,8 @@ import numpy as np
 
 from eagle_assets.core.files import hash_of_model_files, model_file_hashes, write_json
 from eagle_assets.core.layout import TRAINING_STATE_FILES
+from eagle_assets.eagle3_checkpoint.feature_manifest import FeatureManifest
 from eagle_assets.eagle3_checkpoint.simulated import draft_proposals, load_draft
-from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest
 
 
 def keep_checkpoint(

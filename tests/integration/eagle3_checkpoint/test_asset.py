@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from eagle_assets.core.layout import current_folder
+from eagle_assets.eagle3_checkpoint.feature_manifest import FeatureManifest
 from eagle_assets.eagle3_checkpoint.saved import verifier_mismatches
-from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest, build_training_data
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
 from tests.helpers.features import HIDDEN, PARTITIONS, VOCAB, copy_storage
 
 

@@ -45,7 +45,7 @@ def multi_turn_prompts(storage_root, count: int) -> list[dict]:
 def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(
     storage_root, tiny_verifier, vllm_server_urls
 ):
-    from eagle_assets.eagle3_checkpoint.training_data import _read_partition
+    from eagle_assets.eagle3_checkpoint.training_rows import stored_rows
     from eagle_assets.hidden_states import asset as hidden_states
     from eagle_assets.hidden_states.files import load_sample
     from eagle_assets.orchestration.partitions import source_partitions
@@ -110,7 +110,7 @@ def test_every_turn_is_regenerated_in_order_supervised_and_resumed_per_turn(
     # hidden_states and the training folder tell a conversation's turns apart: each row reads its own file.
     [files_check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "files_match_rows"]
     assert files_check.passed
-    joined, _ = _read_partition(Path(storage_root.root), PARTITION)
+    joined, _ = stored_rows(Path(storage_root.root), PARTITION)
     assert joined.num_rows == 6 and len(set(joined["content_id"].to_pylist())) == 6
     for row in joined.to_pylist():
         assert (

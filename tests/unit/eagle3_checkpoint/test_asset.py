@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eagle_assets.eagle3_checkpoint.training_data import FeatureManifest
+from eagle_assets.eagle3_checkpoint.feature_manifest import FeatureManifest
 
 
 def test_capacity_plan_metadata_that_cannot_be_made_is_a_warning_not_a_failure(random_features):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from eagle_assets.core.layout import current_folder
-from eagle_assets.eagle3_checkpoint.training_data import TrainingDataError, build_training_data
+from eagle_assets.eagle3_checkpoint.feature_manifest import TrainingDataError
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
 from tests.helpers.synthetic import write_head_only_verifier, write_random_features
 
 HIDDEN, LAYERS = 64, [1, 2, 3, 4]

@@ -13,7 +13,8 @@ import torch
 
 from eagle_assets.core.files import write_parquet
 from eagle_assets.core.layout import index_file, sequences_file
-from eagle_assets.eagle3_checkpoint.training_data import TrainingDataError, build_training_data
+from eagle_assets.eagle3_checkpoint.feature_manifest import TrainingDataError
+from eagle_assets.eagle3_checkpoint.training_data import build_training_data
 from tests.helpers.features import HIDDEN, PARTITIONS, copy_storage
 
 
