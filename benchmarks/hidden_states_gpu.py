@@ -37,11 +37,11 @@ import importlib.util
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
-import threading
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -65,27 +65,25 @@ def _import_project() -> None:
 _import_project()
 
 from benchmarks.draft_shapes import verifier_config  # noqa: E402
+from benchmarks.extraction_paths import (  # noqa: E402
+    DeletingWriter,
+    NullSink,
+    compare_paths,
+    forward_same_rows,
+    fp8_agreement,
+    keyed,
+    naive_loop,
+    random_model,
+)
+from benchmarks.extraction_result import print_result, result_fields  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
-from eagle_assets.hidden_states.files import SampleWriter, content_id, dequantized, relative_path  # noqa: E402
-from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor, bucket_batches  # noqa: E402
+from eagle_assets.core.layout import BF16  # noqa: E402
+from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor  # noqa: E402
 
 
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def random_model(config, device: str, dtype):
-    """A ``LlamaModel`` with random weights, built on ``device`` in ``dtype``."""
-    from transformers import LlamaModel
-
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # build in the final dtype: an fp32 8B model would take 32 GB first
-    try:
-        with torch.device(device):
-            return LlamaModel(config).eval()
-    finally:
-        torch.set_default_dtype(default_dtype)
 
 
 # Dense (no sparsity) bf16 tensor-core FLOP/s from NVIDIA's datasheets, by device name.
@@ -104,104 +102,6 @@ def row_flops(model, config, length: int) -> float:
     return 2 * params * length + attn
 
 
-class DeletingWriter(SampleWriter):
-    """The asset's sink (checks, safetensors, sha256, fsync, atomic rename), then the file is deleted
-    so a long run does not fill the disk; the write cost is what is measured."""
-
-    def __call__(self, sample) -> None:
-        super().__call__(sample)
-        (self.folder / relative_path(sample.key[1])).unlink()
-
-
-class CollectingSink:
-    """Keeps each sample's tensors (on the host) for the equivalence check."""
-
-    def __init__(self):
-        self.samples: dict = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, sample) -> None:
-        tensors = {"hidden_states": sample.hidden_states.cpu()}
-        if sample.scales is not None:  # fp8 from the extractor: compared after hs-connectors' dequantization
-            tensors["hidden_states_scales"] = sample.scales.cpu()
-        with self._lock:
-            self.samples[sample.key] = dequantized(tensors)["hidden_states"].float()
-
-
-def fp8_agreement(bf16_extractor, fp8_extractor, sequences) -> float:
-    """Worst per-token cosine similarity between the fp8 path's dequantized states and the bf16 path's."""
-    bf16, fp8 = CollectingSink(), CollectingSink()
-    bf16_extractor.run(sequences, bf16)
-    fp8_extractor.run(sequences, fp8)
-    return min(
-        torch.nn.functional.cosine_similarity(fp8.samples[k], bf16.samples[k], dim=-1).min().item()
-        for k, _ in sequences
-    )
-
-
-def compare_paths(model, extractor, sequences, layer_ids, device) -> dict:
-    """Worst per-token cosine similarity and worst relative max error between the extractor's states
-    (batched, padded) and the naive loop's (one row at a time), over every row, token and layer."""
-    fast, naive = CollectingSink(), CollectingSink()
-    extractor.run(sequences, fast)
-    naive_loop(model, sequences, layer_ids, naive, device)
-    norm = model.norm
-    worst_cos, worst_rel = 1.0, 0.0
-    for key, _ids in sequences:
-        ours, ref = fast.samples[key].clone(), naive.samples[key]
-        with torch.inference_mode():  # the naive loop's final state is post-norm: compare like with like
-            final = norm(ours[:, -1].to(device=device, dtype=next(model.parameters()).dtype))
-        ours[:, -1] = final.float().cpu()
-        cos = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
-        worst_cos = min(worst_cos, cos.min().item())
-        worst_rel = max(worst_rel, ((ours - ref).abs().amax() / ref.abs().amax()).item())
-    return {
-        "rows": len(sequences),
-        "min_token_cosine": round(worst_cos, 5),
-        "max_rel_error": round(worst_rel, 4),
-        "tensors_match": worst_cos >= 0.999 and worst_rel <= 0.05,
-    }
-
-
-def keyed(sequences, layer_ids):
-    return [((i, content_id(ids, "benchmark", layer_ids)), ids) for i, ids in sequences]
-
-
-def naive_loop(model, sequences, layer_ids, sink, device) -> None:
-    """What people write first: every layer kept, the wanted ones stacked, a blocking copy."""
-    from eagle_assets.backends import SampleTensors
-
-    with torch.inference_mode():
-        for key, ids in sequences:
-            out = model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True, use_cache=False)
-            states = torch.stack([out.hidden_states[k][0] for k in layer_ids], dim=1).to(torch.bfloat16).cpu()
-            sink(SampleTensors(key, states, torch.tensor(ids, dtype=torch.int64)))
-
-
-def forward_same_rows(model, sequences, batch_tokens: int, device: str) -> None:
-    """The baseline: the model's forward over the extractor's own batches (the same length buckets,
-    the same padding, ids copied the same way), with nothing captured, copied back or written."""
-    lengths = [len(ids) for _, ids in sequences]
-    with torch.inference_mode():
-        for batch in bucket_batches(lengths, batch_tokens):
-            ids = torch.zeros((len(batch), lengths[batch[0]]), dtype=torch.long)
-            for b, i in enumerate(batch):
-                ids[b, : lengths[i]] = torch.tensor(sequences[i][1])
-            ids = ids.pin_memory().to(device, non_blocking=True) if device == "cuda" else ids
-            model(input_ids=ids, use_cache=False)
-
-
-class NullSink:
-    """Takes every sample and keeps nothing: the extractor's capture and device-to-host copies alone."""
-
-    def __call__(self, sample) -> None:
-        pass
-
-
-def spread(values) -> float:
-    return (max(values) - min(values)) / statistics.median(values)
-
-
 def timed(run, device) -> float:
     sync(device)
     start = time.perf_counter()
@@ -210,7 +110,7 @@ def timed(run, device) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="CPU-sized model and rows (smoke test).")
     parser.add_argument("--samples", type=int, default=None, help="rows for the optimized path, per repeat")
@@ -232,18 +132,44 @@ def main() -> None:
         default="bfloat16",
         help="fp8: also time the extractor writing fp8 files (hs-connectors' format), same job",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+@dataclass
+class Job:
+    """One invocation's sizes, device and random-weight model, shared by every timed path."""
+
+    args: argparse.Namespace
+    device: str
+    dtype: torch.dtype
+    name: str
+    low: int
+    high: int
+    samples: int
+    naive_samples: int
+    batch_tokens: int
+    peak: float
+    datasheet: float | None
+    config: object
+    model: object
+    build_s: float
+    layer_ids: list[int]
+    folder: Path
+
+    def writer(self, feature_dtype: str = BF16) -> DeletingWriter:
+        return DeletingWriter(self.folder, len(self.layer_ids), self.config.hidden_size, feature_dtype)
+
+    def extractor(self, **kwargs) -> HiddenStateExtractor:
+        n, hidden = self.config.num_hidden_layers, self.config.hidden_size
+        return HiddenStateExtractor(self.model, n, hidden, self.layer_ids, batch_tokens=self.batch_tokens, **kwargs)
+
+
+def setup(args) -> Job:
+    """The sizes ``args`` resolve to, the measured matmul peak, and the model built from the preset."""
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    low, high = args.lengths or ((64, 256) if args.tiny else (512, 2048))
-    samples = args.samples or (24 if args.tiny else 256)
-    naive_samples = args.naive_samples or (8 if args.tiny else 32)
-    batch_tokens = args.batch_tokens or (2048 if args.tiny else 16384)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-
     peak = matmul_peak(device, dtype, 1024 if args.tiny else 8192, 5 if args.tiny else 50)
-    datasheet = datasheet_peak(name) if device == "cuda" else None
     config = verifier_config("tiny" if args.tiny else "llama-3.1-8b")
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -252,145 +178,112 @@ def main() -> None:
     sync(device)
     build_s = time.perf_counter() - started
     n = config.num_hidden_layers
-    layer_ids = [2, n // 2, n - 3, n]
-    rng = random.Random(0)
+    low, high = args.lengths or ((64, 256) if args.tiny else (512, 2048))
+    return Job(
+        args=args,
+        device=device,
+        dtype=dtype,
+        name=name,
+        low=low,
+        high=high,
+        samples=args.samples or (24 if args.tiny else 256),
+        naive_samples=args.naive_samples or (8 if args.tiny else 32),
+        batch_tokens=args.batch_tokens or (2048 if args.tiny else 16384),
+        peak=peak,
+        datasheet=datasheet_peak(name) if device == "cuda" else None,
+        config=config,
+        model=model,
+        build_s=build_s,
+        layer_ids=[2, n // 2, n - 3, n],
+        folder=Path(args.out or tempfile.mkdtemp(prefix="hs-bench-")),
+    )
+
+
+def time_repeat(job: Job, extractor, fp8_extractor, timed_rows, repeat: int, rates: dict[str, list]) -> None:
+    """Every path once over ``timed_rows`` (the naive loop over the first ``naive_samples``), added to ``rates``."""
+    model, device = job.model, job.device
+    tokens = sum(len(ids) for _, ids in timed_rows)
+    flops = sum(row_flops(model, job.config, len(ids)) for _, ids in timed_rows)
+
+    def bf16_run():
+        sink = job.writer()
+        seconds = timed(lambda: extractor.run(timed_rows, sink), device)
+        written = sum(w.bytes for w in sink.written.values())
+        rates["extract"].append(tokens / seconds)
+        rates["extract_mfu"].append(flops / seconds)
+        rates["written"].append(written / seconds)
+        rates["bytes_per_token"].append(written / tokens)
+
+    def fp8_run():
+        sink = job.writer("fp8")
+        seconds = timed(lambda: fp8_extractor.run(timed_rows, sink), device)
+        rates["fp8"].append(tokens / seconds)
+        rates["fp8_bytes_per_token"].append(sum(w.bytes for w in sink.written.values()) / tokens)
+        print(f"repeat {repeat + 1}: extract fp8 {rates['fp8'][-1]:.0f} tok/s", flush=True)
+
+    def forward_run():
+        seconds = timed(lambda: forward_same_rows(model, timed_rows, job.batch_tokens, device), device)
+        rates["forward"].append(tokens / seconds)
+        rates["forward_mfu"].append(flops / seconds)
+
+    def capture_run():
+        seconds = timed(lambda: extractor.run(timed_rows, NullSink()), device)
+        rates["capture"].append(tokens / seconds)
+
+    # The paths take turns going first (rotating order), so none always meets a cold or a warm machine.
+    order = [forward_run, bf16_run, capture_run] + ([fp8_run] if fp8_extractor is not None else [])
+    for run in order[repeat % len(order) :] + order[: repeat % len(order)]:
+        run()
+    print(
+        f"repeat {repeat + 1}: forward on the same rows {rates['forward'][-1]:.0f} tok/s, capture without "
+        f"writes {rates['capture'][-1]:.0f} tok/s",
+        flush=True,
+    )
+    naive_rows = timed_rows[: job.naive_samples]
+    naive_sink = job.writer()
+    naive_s = timed(lambda: naive_loop(model, naive_rows, job.layer_ids, naive_sink, device), device)
+    rates["naive"].append(sum(len(ids) for _, ids in naive_rows) / naive_s)
+    rates["naive_mfu"].append(sum(row_flops(model, job.config, len(ids)) for _, ids in naive_rows) / naive_s)
+    print(
+        f"repeat {repeat + 1}: extract {rates['extract'][-1]:.0f} tok/s, naive {rates['naive'][-1]:.0f} tok/s",
+        flush=True,
+    )
+
+
+def main() -> None:
+    job = setup(parse_args())
+    args, layer_ids, rng = job.args, job.layer_ids, random.Random(0)
 
     def rows(count, offset):
         return keyed(
             [
-                (offset + i, [rng.randrange(config.vocab_size) for _ in range(rng.randint(low, high))])
+                (offset + i, [rng.randrange(job.config.vocab_size) for _ in range(rng.randint(job.low, job.high))])
                 for i in range(count)
             ],
             layer_ids,
         )
 
     warmup, check = rows(8, 0), rows(8, 8)
-    timed_sets = [rows(samples, 1000 * (r + 1)) for r in range(args.repeats)]
-    folder = Path(args.out or tempfile.mkdtemp(prefix="hs-bench-"))
-    extractor = HiddenStateExtractor(model, n, config.hidden_size, layer_ids, batch_tokens=batch_tokens)
-    extractor.run(warmup, DeletingWriter(folder, len(layer_ids), config.hidden_size))  # allocator, kernels
-    naive_loop(model, warmup[:1], layer_ids, DeletingWriter(folder, len(layer_ids), config.hidden_size), device)
-    equivalence = compare_paths(model, extractor, check, layer_ids, device)
+    timed_sets = [rows(job.samples, 1000 * (r + 1)) for r in range(args.repeats)]
+    extractor = job.extractor()
+    extractor.run(warmup, job.writer())  # allocator, kernels
+    naive_loop(job.model, warmup[:1], layer_ids, job.writer(), job.device)
+    equivalence = compare_paths(job.model, extractor, check, layer_ids, job.device)
     print(f"equivalence: {equivalence}", flush=True)
-    fp8_extractor = None
+    fp8_extractor = fp8_cosine = None
     if args.dtype == "fp8":
-        fp8_extractor = HiddenStateExtractor(
-            model, n, config.hidden_size, layer_ids, batch_tokens=batch_tokens, feature_dtype="fp8"
-        )
-        fp8_extractor.run(warmup, DeletingWriter(folder, len(layer_ids), config.hidden_size, "fp8"))
+        fp8_extractor = job.extractor(feature_dtype="fp8")
+        fp8_extractor.run(warmup, job.writer("fp8"))
         fp8_cosine = fp8_agreement(extractor, fp8_extractor, check)
         print(f"fp8 min_token_cosine vs bf16: {fp8_cosine:.5f}", flush=True)
-    fp8_rates, fp8_bytes_per_token = [], []
 
-    fast_rates, naive_rates, fast_mfu, naive_mfu, written_rates, bytes_per_token = [], [], [], [], [], []
-    forward_rates, forward_mfu, capture_rates = [], [], []
+    rates: dict[str, list] = defaultdict(list)
     for repeat, timed_rows in enumerate(timed_sets):
-        tokens = sum(len(ids) for _, ids in timed_rows)
-        flops = sum(row_flops(model, config, len(ids)) for _, ids in timed_rows)
-
-        def bf16_run():
-            sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
-            seconds = timed(lambda: extractor.run(timed_rows, sink), device)
-            fast_rates.append(tokens / seconds)
-            fast_mfu.append(flops / seconds)
-            written = sum(w.bytes for w in sink.written.values())
-            written_rates.append(written / seconds)
-            bytes_per_token.append(written / tokens)
-
-        def fp8_run():
-            fp8_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size, "fp8")
-            fp8_seconds = timed(lambda: fp8_extractor.run(timed_rows, fp8_sink), device)
-            fp8_rates.append(tokens / fp8_seconds)
-            fp8_bytes_per_token.append(sum(w.bytes for w in fp8_sink.written.values()) / tokens)
-            print(f"repeat {repeat + 1}: extract fp8 {fp8_rates[-1]:.0f} tok/s", flush=True)
-
-        def forward_run():
-            seconds = timed(lambda: forward_same_rows(model, timed_rows, batch_tokens, device), device)
-            forward_rates.append(tokens / seconds)
-            forward_mfu.append(flops / seconds)
-
-        def capture_run():
-            seconds = timed(lambda: extractor.run(timed_rows, NullSink()), device)
-            capture_rates.append(tokens / seconds)
-
-        # The paths take turns going first (rotating order), so none always meets a cold or a warm machine.
-        order = [forward_run, bf16_run, capture_run] + ([fp8_run] if fp8_extractor is not None else [])
-        for run in order[repeat % len(order) :] + order[: repeat % len(order)]:
-            run()
-        print(
-            f"repeat {repeat + 1}: forward on the same rows {forward_rates[-1]:.0f} tok/s, capture without "
-            f"writes {capture_rates[-1]:.0f} tok/s",
-            flush=True,
-        )
-        naive_rows = timed_rows[:naive_samples]
-        naive_sink = DeletingWriter(folder, len(layer_ids), config.hidden_size)
-        naive_s = timed(lambda: naive_loop(model, naive_rows, layer_ids, naive_sink, device), device)
-        naive_rates.append(sum(len(ids) for _, ids in naive_rows) / naive_s)
-        naive_mfu.append(sum(row_flops(model, config, len(ids)) for _, ids in naive_rows) / naive_s)
-        print(f"repeat {repeat + 1}: extract {fast_rates[-1]:.0f} tok/s, naive {naive_rates[-1]:.0f} tok/s", flush=True)
-
-    med = statistics.median
-    result = {
-        "device": name,
-        "dtype": str(dtype),
-        "shape": "tiny" if args.tiny else "Llama-3.1-8B",
-        "row_lengths": [low, high],
-        "batch_tokens": batch_tokens,
-        "layer_ids": layer_ids,
-        "samples_per_repeat": samples,
-        "naive_samples_per_repeat": naive_samples,
-        "repeats": args.repeats,
-        "model_build_s": round(build_s, 1),
-        "measured_peak_tflops": round(peak / 1e12, 1),
-        "datasheet_peak_tflops": round(datasheet / 1e12, 1) if datasheet else None,
-        **equivalence,
-        "forward_same_rows_tok_s": round(med(forward_rates)),
-        "forward_same_rows_runs_tok_s": [round(r) for r in forward_rates],
-        "forward_same_rows_mfu_measured": round(med(forward_mfu) / peak, 3),
-        "capture_no_writes_tok_s": round(med(capture_rates)),
-        "capture_no_writes_runs_tok_s": [round(r) for r in capture_rates],
-        "capture_vs_forward_ratio": round(med(capture_rates) / med(forward_rates), 3),
-        "extract_vs_forward_ratio": round(med(fast_rates) / med(forward_rates), 3),
-        "extract_vs_forward_per_repeat": [round(e / f, 3) for e, f in zip(fast_rates, forward_rates)],
-        "extract_tok_s": round(med(fast_rates)),
-        "extract_tok_s_spread": round(spread(fast_rates), 3),
-        "extract_runs_tok_s": [round(r) for r in fast_rates],
-        "extract_mfu_measured": round(med(fast_mfu) / peak, 3),
-        "naive_tok_s": round(med(naive_rates)),
-        "naive_tok_s_spread": round(spread(naive_rates), 3),
-        "naive_mfu_measured": round(med(naive_mfu) / peak, 3),
-        "speedup_vs_naive": round(med(fast_rates) / med(naive_rates), 2),
-        "written_gb_per_s": round(med(written_rates) / 1e9, 3),
-        "bytes_per_token": round(med(bytes_per_token)),
-    }
-    if fp8_rates:
-        result.update(
-            {
-                "fp8_min_token_cosine": round(fp8_cosine, 5),
-                "extract_fp8_tok_s": round(med(fp8_rates)),
-                "extract_fp8_tok_s_spread": round(spread(fp8_rates), 3),
-                "extract_fp8_runs_tok_s": [round(r) for r in fp8_rates],
-                "fp8_bytes_per_token": round(med(fp8_bytes_per_token)),
-                "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes_per_token) / med(bytes_per_token), 4),
-                "fp8_vs_bf16_extract_ratio": round(med(fp8_rates) / med(fast_rates), 3),
-                "fp8_extract_vs_forward_ratio": round(med(fp8_rates) / med(forward_rates), 3),
-            }
-        )
-    if datasheet:
-        result["extract_mfu_datasheet"] = round(med(fast_mfu) / datasheet, 3)
-        result["naive_mfu_datasheet"] = round(med(naive_mfu) / datasheet, 3)
-    for key, value in result.items():
-        print(f"{key:>30}: {value}")
-    print(
-        f"result shape={result['shape']} rows={low}-{high} batch_tokens={batch_tokens} "
-        f"extract_vs_forward_ratio={result['extract_vs_forward_ratio']} "
-        f"capture_vs_forward_ratio={result['capture_vs_forward_ratio']} extract_tok_s={result['extract_tok_s']} "
-        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']}"
-        + (f" fp8_extract_vs_forward_ratio={result['fp8_extract_vs_forward_ratio']}" if fp8_rates else ""),
-        flush=True,
-    )
+        time_repeat(job, extractor, fp8_extractor, timed_rows, repeat, rates)
+    result = result_fields(job, equivalence, rates, fp8_cosine)
+    print_result(result, job, bool(rates["fp8"]))
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], f"hidden_states_gpu_{batch_tokens}_{args.dtype}.json").write_text(
+        Path(os.environ["OUT"], f"hidden_states_gpu_{job.batch_tokens}_{args.dtype}.json").write_text(
             json.dumps(result, indent=2)
         )
     if not equivalence["tensors_match"]:

@@ -8,9 +8,10 @@ Extraction runs the ``hidden_states`` asset's own path, :func:`eagle_assets.hidd
 with the ``transformers`` backend: in-process on one device, else one worker process per device, each
 loading a random-weight verifier of ``benchmarks/hidden_states_gpu.py``'s shape from disk. Both runs get
 the same rows (fixed length, ``--rows-per-gpu`` x N) and write every file for real (safetensors, sha256,
-fsync, rename) through that benchmark's ``DeletingWriter``, which removes each file once written so the
-disk does not fill. Throughput = the sum over devices of each device's tokens/s from its first written
-sample to its last (model loading excluded; its cost shows in the end-to-end rate, printed too).
+fsync, rename) through that benchmark's ``DeletingWriter`` (``benchmarks/extraction_paths.py``), which
+removes each file once written so the disk does not fill. Throughput = the sum over devices of each
+device's tokens/s from its first written sample to its last (model loading excluded; its cost shows in
+the end-to-end rate, printed too).
 
 Training runs ``benchmarks/train_gpu.py``'s setup (head-only verifier, random bf16 features, 1-layer
 EAGLE-3 draft, draft vocab 32000, 8192-token packed rows) through :func:`eagle_assets.eagle3_checkpoint.trainer.train`
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hidden_states_gpu as extraction_bench
 import torch
 import train_gpu as training_bench
+from draft_shapes import verifier_config
 
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.eagle3_checkpoint import trainer
@@ -133,11 +135,9 @@ def report(step: str, n: int, one: float, many: float) -> dict:
 
 def run_extraction(args, n: int, work: Path) -> dict:
     import numpy as np
-    from transformers import LlamaConfig
 
-    shape = extraction_bench.TINY if args.tiny else extraction_bench.LLAMA_31_8B
     device, dtype = ("cpu", torch.float32) if args.tiny else ("cuda", torch.bfloat16)
-    config = LlamaConfig(**shape)
+    config = verifier_config("tiny" if args.tiny else "llama-3.1-8b")
     seq_len = args.seq_len or (128 if args.tiny else 2048)
     batch_tokens = 1024 if args.tiny else 16384
     layers = config.num_hidden_layers
@@ -169,29 +169,27 @@ def run_extraction(args, n: int, work: Path) -> dict:
 
 
 def run_training(args, n: int, work: Path) -> dict:
-    from transformers import LlamaConfig
-
-    shape = training_bench.TINY if args.tiny else training_bench.LLAMA_31_8B
     layer_ids = [2, 4, 6, 8] if args.tiny else [2, 16, 29, 32]
     draft_vocab, total_seq_len = (64, 512) if args.tiny else (32000, 8192)
     seq_len = (64, 256) if args.tiny else (1536, 2048)
     device = "cpu" if args.tiny else "cuda"
     verifier, storage = work / "head-verifier", work / "storage"
-    write_head_only_verifier(verifier, LlamaConfig(**shape), device=device)
+    config = verifier_config("tiny" if args.tiny else "llama-3.1-8b")
+    write_head_only_verifier(verifier, config, device=device)
     write_random_features(
         storage,
         "bench",
         verifier_path=verifier,
         layer_ids=layer_ids,
-        hidden_size=shape["hidden_size"],
-        vocab_size=shape["vocab_size"],
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
         num_rows=args.train_rows_per_gpu * n,
         seq_len=seq_len,
         device=device,
     )
     log = training_bench.StampedLog("data")
     data = build_training_data(storage, ["bench"], work / "train", log=log)
-    vocab = build_draft_vocab(data.path, draft_vocab, shape["vocab_size"], log=log)
+    vocab = build_draft_vocab(data.path, draft_vocab, config.vocab_size, log=log)
     print(
         f"training: {data.num_rows} rows, {data.num_tokens} tokens, {args.epochs} epochs (2..{args.epochs} timed)",
         flush=True,

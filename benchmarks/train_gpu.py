@@ -64,14 +64,10 @@ everything is flushed to disk before training and read from the page cache by ev
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import shutil
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +78,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 from benchmarks.draft_shapes import PRESETS, layer_ids, resolved_sizes, train_flops_per_token  # noqa: E402
 from benchmarks.draft_shapes import verifier_config as preset_config  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
+from benchmarks.train_repeats import Repeats  # noqa: E402
+from benchmarks.train_runs import StampedLog, tokens_per_epoch  # noqa: E402
+from benchmarks.train_summary import report_missing, result_line, summary_lines  # noqa: E402
+from benchmarks.train_variants import variant_commands  # noqa: E402
 from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
@@ -89,220 +89,8 @@ from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # 
 from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
 from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 
-EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
 
-
-class StampedLog:
-    """Prints a training process's lines (``quiet``: only epoch lines) and remembers when epochs started and ended."""
-
-    def __init__(self, name: str, quiet: bool = False):
-        self.name = name
-        self.quiet = quiet
-        self.created = time.perf_counter()
-        self.marks: dict[tuple[int, str], float] = {}
-        # Every line of every run, stamped with seconds since its process started, when $OUT is set:
-        # the in-epoch rates (the trainer's own per-log-step tokens/s) beside the epoch totals.
-        self.transcript = Path(os.environ["OUT"], "run_lines.txt") if os.environ.get("OUT") else None
-
-    def info(self, line: str) -> None:
-        now = time.perf_counter()
-        if self.transcript:
-            with self.transcript.open("a") as transcript:
-                transcript.write(f"[{self.name} +{now - self.created:.2f}s] {line}\n")
-        match = EPOCH_LINE.search(line)
-        if match:
-            self.marks[(int(match.group(1)), match.group(3))] = now
-        if match or not self.quiet:
-            print(f"[{self.name}] {line}", flush=True)
-
-    warning = info
-
-    def epoch_durations(self, epochs: int) -> list[float]:
-        """Seconds of each timed epoch (2..``epochs``)."""
-        return [self.marks[(k, "completed")] - self.marks[(k, "started")] for k in range(2, epochs + 1)]
-
-    def span_seconds(self, epochs: int) -> float:
-        """From epoch 2's start to epoch ``epochs``' end: the timed epochs and everything between them."""
-        return self.marks[(epochs, "completed")] - self.marks[(2, "started")]
-
-    def startup_seconds(self) -> float:
-        """From the process's start to its first epoch: imports, verifier head, data."""
-        return self.marks[(1, "started")] - self.created
-
-
-def tokens_per_epoch(
-    data_path: Path, train_ratio: float, total_seq_len: int, seed: int, epoch: int, replicas: int = 1
-) -> int:
-    """Tokens the trainer sees in one epoch, over all ``replicas`` data-parallel ranks: speculators'
-    own sampler over the train split."""
-    import datasets
-    import numpy as np
-    from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
-
-    lengths = np.asarray(datasets.load_from_disk(str(data_path)).with_format(None)["seq_len"])
-    lengths = lengths[: int(len(lengths) * train_ratio)]
-    total = 0
-    for rank in range(replicas):
-        sampler = MultipackDistributedBatchSamplerV2(
-            batch_max_length=total_seq_len, lengths=lengths, num_replicas=replicas, rank=rank, seed=seed
-        )
-        sampler.set_epoch(epoch)
-        # Each packed sample loses one token to EAGLE-3's shift; a batch holds at most total_seq_len.
-        total += int(sum(min(total_seq_len, int((lengths[batch] - 1).sum())) for batch in sampler))
-    return total
-
-
-def spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / statistics.median(values)
-
-
-def variant_commands(
-    settings: TrainingSettings,
-    data,
-    vocab,
-    verifier: Path,
-    layer_ids: list[int],
-    mask_token_id: int,
-    workers: int,
-    fp8=None,
-    probe_args: tuple[str, ...] = (),
-) -> dict[str, Callable[[Path], list[str]]]:
-    """Each variant's command line for a fresh save folder (named by the repeat); ``fp8``: the
-    (training data, vocab) of the fp8-stored copy of the rows, for ``ours-fp8``."""
-
-    def ours(save: Path, data=data, vocab=vocab) -> list[str]:
-        argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
-        return trainer.launch_command(settings, save / "metrics.jsonl", argv)
-
-    def gpu_bound(save: Path) -> list[str]:
-        argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
-        return [
-            sys.executable,
-            str(ROOT / "benchmarks" / "train_step_probe.py"),
-            *probe_args,
-            "--metrics-file",
-            str(save / "metrics.jsonl"),
-            "--",
-            *argv,
-        ]
-
-    def cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "speculators",
-            "train",
-            "--verifier-name-or-path",
-            str(verifier),
-            "--data-path",
-            str(data.path),
-            "--save-path",
-            str(save / "checkpoints"),
-            "--log-dir",
-            str(save / "logs"),
-            "--draft-vocab-size",
-            str(vocab.size),
-            "--total-seq-len",
-            str(settings.total_seq_len),
-            "--epochs",
-            str(settings.epochs),
-            "--target-layer-ids",
-            *map(str, layer_ids[:-1]),
-            "--mask-token-id",
-            str(mask_token_id),
-            "--seed",
-            str(settings.seed),
-            "--lr",
-            str(settings.lr),
-            "--train-data-ratio",
-            str(data.train_data_ratio),
-            "--log-freq",
-            str(settings.log_every_steps),
-            *extra,
-        ]
-
-    def eager_cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
-        return cli(save, ("--loss-implementation", "eager", *extra))
-
-    commands = {
-        "ours": ours,
-        "speculators": eager_cli,
-        "gpu-bound": gpu_bound,
-        f"speculators-w{workers}": lambda save: eager_cli(save, ("--num-workers", str(workers))),
-        "speculators-fused": cli,
-    }
-    if fp8 is not None:
-        commands["ours-fp8"] = lambda save: ours(save, *fp8)
-    return commands
-
-
-def timed_run(name: str, command: list[str], save: Path, epochs: int) -> StampedLog:
-    """One training process, stopped once its last epoch completes (its last validation/save are untimed);
-    raises ``TrainingFailed`` if it ends before."""
-    save.mkdir(parents=True)
-    log = StampedLog(name, quiet=True)
-    trainer.run_streaming(command, log, cwd=save, done=lambda: (epochs, "completed") in log.marks)
-    if (epochs, "completed") not in log.marks:
-        raise trainer.TrainingFailed(f"{name} exited before epoch {epochs}/{epochs} completed")
-    return log
-
-
-class ProbeLog(StampedLog):
-    """The probe's lines (all printed), its resident-step rates and when it started probing."""
-
-    RATE = re.compile(r"probe resident loss=(\w+) \(without host syncs\).*tokens_per_s=(\d+)")
-
-    def __init__(self, name: str):
-        super().__init__(name, quiet=False)
-        self.rates: dict[str, float] = {}
-        self.probing: float | None = None
-
-    def info(self, line: str) -> None:
-        super().info(line)
-        if line.startswith("probe:") and self.probing is None:
-            self.probing = time.perf_counter()
-        match = self.RATE.search(line)
-        if match:
-            self.rates[match.group(1)] = float(match.group(2))
-
-
-def probe_run(name: str, command: list[str], save: Path, loss: str) -> tuple[float, float, ProbeLog]:
-    """The gpu-bound probe: (tokens/s of resident steps with ``loss``, start-up seconds, its log)."""
-    save.mkdir(parents=True)
-    log = ProbeLog(name)
-    trainer.run_streaming(command, log, cwd=save)
-    if loss not in log.rates:
-        raise trainer.TrainingFailed(f"{name} printed no resident rate for the {loss} loss")
-    return log.rates[loss], log.probing - log.created, log
-
-
-def result_line(args, total_seq_len, draft_vocab, rates, span_rates, flops_per_token, peak) -> str:
-    """The headline: span ratio first (nothing can hide between timed epochs), the timed-epoch ratio
-    beside it, ours against the GPU-bound step rate, and ours' MFU over the measured peak."""
-    med = statistics.median
-    fields = [
-        f"result shape={args.shape}",
-        f"row_tokens={args.seq_len[0]}-{args.seq_len[1]}",
-        f"total_seq_len={total_seq_len}",
-        f"draft_vocab={draft_vocab}",
-    ]
-    ours, ours_span = rates.get("ours"), span_rates.get("ours")
-    if ours and span_rates.get("speculators"):
-        fields.append(f"train_throughput_ratio_span={med(ours_span) / med(span_rates['speculators']):.3f}")
-    if ours and rates.get("speculators"):
-        fields.append(f"train_throughput_ratio={med(ours) / med(rates['speculators']):.3f}")
-    if ours and rates.get("gpu-bound"):
-        fields.append(f"gpu_bound_fraction={med(ours) / med(rates['gpu-bound']):.3f}")
-        fields.append(f"gpu_bound_fraction_span={med(ours_span) / med(rates['gpu-bound']):.3f}")
-        fields.append(f"gpu_bound_mfu={med(rates['gpu-bound']) * flops_per_token / peak:.3f}")
-    if ours:
-        fields.append(f"mfu={med(ours) * flops_per_token / peak:.3f}")
-        fields.append(f"mfu_span={med(ours_span) * flops_per_token / peak:.3f}")
-    fields.append(f"peak_tflops={peak / 1e12:.1f}")
-    return " ".join(fields)
-
-
-def main() -> None:
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--shape",
@@ -355,22 +143,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
+    return parser, args
 
-    import torch
 
-    config = preset_config(args.shape)
-    captured = layer_ids(args.shape)
-    draft_vocab, total_seq_len = resolved_sizes(args.shape)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+def write_data(args, config, captured: list[int], draft_vocab: int, device: str):
+    """The verifier head, the random features (and their fp8 copy), the training folder and draft vocab:
+    (data, vocab, fp8 (data, vocab) or None, when writing started)."""
     shutil.rmtree(args.work, ignore_errors=True)
     verifier, storage, work = args.work / "verifier", args.work / "storage", args.work / "work"
-    out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
-
     started = time.perf_counter()
     write_head_only_verifier(verifier, config, device=device)
-    write_random_features(
-        storage,
-        "bench",
+    features = dict(
         verifier_path=verifier,
         layer_ids=captured,
         hidden_size=config.hidden_size,
@@ -380,24 +163,13 @@ def main() -> None:
         device=device,
         distinct_rows=args.distinct_rows,
     )
+    write_random_features(storage, "bench", **features)
     setup_log = StampedLog("setup")
     data = build_training_data(storage, ["bench"], work, log=setup_log)
     vocab = build_draft_vocab(data.path, draft_vocab, config.vocab_size, log=setup_log)
     fp8 = None
     if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
-        write_random_features(
-            args.work / "storage-fp8",
-            "bench",
-            verifier_path=verifier,
-            layer_ids=captured,
-            hidden_size=config.hidden_size,
-            vocab_size=config.vocab_size,
-            num_rows=args.rows,
-            seq_len=tuple(args.seq_len),
-            device=device,
-            distinct_rows=args.distinct_rows,
-            feature_dtype="fp8",
-        )
+        write_random_features(args.work / "storage-fp8", "bench", **features, feature_dtype="fp8")
         fp8_data = build_training_data(args.work / "storage-fp8", ["bench"], work, log=setup_log)
         fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, config.vocab_size, log=setup_log))
     os.sync()  # no write-back of the fresh files while the first run is being timed
@@ -405,7 +177,37 @@ def main() -> None:
         f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
         flush=True,
     )
+    return data, vocab, fp8, started
 
+
+def cpu_smoke(data, vocab, fp8, verifier: Path, settings: TrainingSettings, work: Path) -> None:
+    """No baseline on CPU: our path once (and on fp8 features), through the asset's entry point."""
+    runs = {"ours": trainer.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))}
+    if fp8 is not None:
+        runs["ours-fp8"] = trainer.train(*fp8, str(verifier), settings, work, StampedLog("ours-fp8"))
+    for name, run in runs.items():
+        print(
+            f"{name}: {run.summary.get('tokens_per_s') or 0:.0f} tok/s (speculators' step records), "
+            f"val loss {run.summary['val_loss']:.4f}",
+            flush=True,
+        )
+    if fp8 is not None and runs["ours"].summary.get("tokens_per_s"):
+        print(
+            "fp8_train_throughput_ratio="
+            f"{runs['ours-fp8'].summary['tokens_per_s'] / runs['ours'].summary['tokens_per_s']:.3f}"
+        )
+
+
+def main() -> None:
+    parser, args = parse_args()
+    import torch
+
+    config = preset_config(args.shape)
+    captured = layer_ids(args.shape)
+    draft_vocab, total_seq_len = resolved_sizes(args.shape)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    verifier, work = args.work / "verifier", args.work / "work"
+    data, vocab, fp8, started = write_data(args, config, captured, draft_vocab, device)
     settings = TrainingSettings(
         epochs=args.epochs,
         draft_vocab_size=draft_vocab,
@@ -414,21 +216,8 @@ def main() -> None:
         early_stop_patience=0,
         log_every_steps=10,
     )
-    if device == "cpu":  # no baseline on CPU: our path once (and on fp8 features), through the asset's entry point
-        runs = {"ours": trainer.train(data, vocab, str(verifier), settings, work, StampedLog("ours"))}
-        if fp8 is not None:
-            runs["ours-fp8"] = trainer.train(*fp8, str(verifier), settings, work, StampedLog("ours-fp8"))
-        for name, run in runs.items():
-            print(
-                f"{name}: {run.summary.get('tokens_per_s') or 0:.0f} tok/s (speculators' step records), "
-                f"val loss {run.summary['val_loss']:.4f}",
-                flush=True,
-            )
-        if fp8 is not None and runs["ours"].summary.get("tokens_per_s"):
-            print(
-                "fp8_train_throughput_ratio="
-                f"{runs['ours-fp8'].summary['tokens_per_s'] / runs['ours'].summary['tokens_per_s']:.3f}"
-            )
+    if device == "cpu":
+        cpu_smoke(data, vocab, fp8, verifier, settings, work)
         return
 
     workers = gpu_worker_count(settings.num_processes)
@@ -458,12 +247,6 @@ def main() -> None:
     for name in names:
         print(f"settings[{name}]: {' '.join(commands[name](work / 'SAVE'))}", flush=True)
 
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    startups: dict[str, list[float]] = {name: [] for name in names}
-    # The same tokens over the whole span from epoch 2's start to the last epoch's end, the checkpoint saves
-    # and validations between epochs included: no work can hide between timed epochs.
-    span_rates: dict[str, list[float]] = {name: [] for name in names}
-    lines = []
     # Everything that makes runs comparable; a runs file written under other settings is refused.
     setup_key = dict(
         rows=data.num_rows,
@@ -475,131 +258,14 @@ def main() -> None:
         device=torch.cuda.get_device_name(),
         shape=args.shape,
     )
-    finished: dict[tuple[int, str], dict] = {}
-    if args.runs_file and args.runs_file.exists():
-        for record in map(json.loads, args.runs_file.read_text().splitlines()):
-            if record["setup"] != setup_key:
-                sys.exit(
-                    f"--runs-file {args.runs_file} holds runs of other settings ({record['setup']}); "
-                    f"this run's are {setup_key}: give a new file"
-                )
-            finished[(record["repeat"], record["name"])] = record
-    run_seconds: dict[str, float] = {}
-    failures: list[str] = []
-    for repeat in range(args.repeats):
-        order = names[repeat % len(names) :] + names[: repeat % len(names)]
-        for name in order:
-            if repeat and name in args.once:
-                continue
-            if (repeat, name) in finished:
-                record = finished[(repeat, name)]
-                if record.get("failed"):
-                    failures.append(record["line"] + " (from --runs-file)")
-                    continue
-                rates[name].append(record["tokens_per_s"])
-                startups[name].append(record["startup_s"])
-                if "span_tokens_per_s" in record:
-                    span_rates[name].append(record["span_tokens_per_s"])
-                lines.append(record["line"] + " (from --runs-file)")
-                continue
-            # A variant's next run is estimated by its last one; a variant not run yet by the shortest run so
-            # far (the first run of a process compiles cold and is no estimate of the warm ones after it).
-            estimate = run_seconds.get(name, min(run_seconds.values(), default=0.0))
-            if args.time_budget_s and time.perf_counter() - started + estimate > args.time_budget_s:
-                continue
-            save = work / f"{name}-{repeat}"
-            run_started = time.perf_counter()
-            record = dict(setup=setup_key, repeat=repeat, name=name)
-            try:
-                if name == "gpu-bound":
-                    rate, startup, probe_log = probe_run(name, commands[name](save), save, settings_loss)
-                    line = (
-                        f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
-                        f"startup {startup:.1f}s, resident-step rates {probe_log.rates}, {rate:.0f} tok/s"
-                    )
-                else:
-                    log = timed_run(name, commands[name](save), save, args.epochs)
-                    rate, startup = sum(epoch_tokens) / sum(log.epoch_durations(args.epochs)), log.startup_seconds()
-                    span_rate = sum(epoch_tokens) / log.span_seconds(args.epochs)
-                    span_rates[name].append(span_rate)
-                    record.update(span_tokens_per_s=span_rate)
-                    line = (
-                        f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
-                        f"startup {startup:.1f}s, epoch 1 (compile) "
-                        f"{log.marks[(1, 'completed')] - log.marks[(1, 'started')]:.1f}s, timed epochs "
-                        f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(args.epochs))}, {rate:.0f} tok/s "
-                        f"(span {log.span_seconds(args.epochs):.2f}s: {span_rate:.0f} tok/s)"
-                    )
-                rates[name].append(rate)
-                startups[name].append(startup)
-                lines.append(line)
-                record.update(tokens_per_s=rate, startup_s=startup, line=line)
-            except trainer.TrainingFailed as failure:
-                line = f"run repeat={repeat + 1} {name}: FAILED: {str(failure)[-1500:]}"
-                failures.append(line)
-                record.update(failed=True, line=line)
-            print(line, flush=True)
-            run_seconds[name] = time.perf_counter() - run_started
-            if args.runs_file:
-                with args.runs_file.open("a") as runs_file:
-                    runs_file.write(json.dumps(record) + "\n")
-            shutil.rmtree(save, ignore_errors=True)  # checkpoints of an 8B-shaped draft are GBs
-            if out:
-                (out / "train_gpu_runs.txt").write_text("\n".join(lines + failures) + "\n")
-
-    done = [name for name in names if rates[name]]
-    expected = {name: 1 if name in args.once else args.repeats for name in names}
-    failed = {name for name in names if any(f" {name}: FAILED" in line for line in failures)}
-    if any(len(rates[name]) < expected[name] for name in set(names) - failed):
-        print(
-            f"time budget {args.time_budget_s}s reached: runs done "
-            f"{ {name: len(rates[name]) for name in names} } of {expected}",
-            flush=True,
-        )
-    names = done
-    summary = [*failures]
-    for name in names:
-        summary.append(
-            f"{name}: tokens/s median {statistics.median(rates[name]):.0f} (runs "
-            f"{' '.join(f'{r:.0f}' for r in rates[name])}; spread {spread(rates[name]):.1%}); "
-            f"start-up median {statistics.median(startups[name]):.1f}s"
-        )
-        summary.append(f"{name.replace('-', '_')}_tokens_per_s={statistics.median(rates[name]):.0f}")
-        if span_rates[name]:
-            summary.append(
-                f"{name}: span tokens/s median {statistics.median(span_rates[name]):.0f} (runs "
-                f"{' '.join(f'{r:.0f}' for r in span_rates[name])}; saves and validations between "
-                f"timed epochs included)"
-            )
-    for name in names:
-        if name == "ours" or not rates.get("ours"):
-            continue
-        if name == "gpu-bound":
-            summary.append(
-                f"gpu_bound_fraction={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
-                f"(ours' median over the resident-batch step rate, {settings_loss} loss)"
-            )
-        elif name == "ours-fp8":
-            paired = [a / b for a, b in zip(rates[name], rates["ours"])]
-            summary.append(
-                f"fp8_train_throughput_ratio={statistics.median(rates[name]) / statistics.median(rates['ours']):.3f} "
-                f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})"
-            )
-        else:
-            key = "train_throughput_ratio" if name == "speculators" else f"train_throughput_ratio_vs_{name}"
-            paired = [a / b for a, b in zip(rates["ours"], rates[name])]
-            summary.append(
-                f"{key}={statistics.median(rates['ours']) / statistics.median(rates[name]):.3f} "
-                f"(per repeat {' '.join(f'{r:.3f}' for r in paired)})"
-            )
-            if span_rates["ours"] and span_rates[name]:
-                summary.append(
-                    f"{key}_span={statistics.median(span_rates['ours']) / statistics.median(span_rates[name]):.3f}"
-                )
-    summary.append(result_line(args, total_seq_len, draft_vocab, rates, span_rates, flops_per_token, peak))
+    tally = Repeats(args, commands, work, epoch_tokens, settings_loss, started).run(names, setup_key)
+    report_missing(names, tally, args.once, args.repeats, args.time_budget_s)
+    names = [name for name in names if tally.rates[name]]
+    summary = summary_lines(names, tally, settings_loss)
+    summary.append(result_line(args, total_seq_len, draft_vocab, tally.rates, tally.span_rates, flops_per_token, peak))
     print("\n".join(summary), flush=True)
-    if out:
-        (out / "train_gpu.txt").write_text("\n".join(lines + summary) + "\n")
+    if os.environ.get("OUT"):
+        (Path(os.environ["OUT"]) / "train_gpu.txt").write_text("\n".join(tally.lines + summary) + "\n")
 
 
 if __name__ == "__main__":

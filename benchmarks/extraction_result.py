@@ -1,0 +1,82 @@
+"""What ``benchmarks/hidden_states_gpu.py`` reports: every figure of the job by name (printed, and written
+as JSON under ``$OUT``), and the ``result ...`` headline line."""
+
+from __future__ import annotations
+
+from statistics import median as med
+
+from benchmarks.spread import spread
+
+
+def result_fields(job, equivalence: dict, rates: dict[str, list], fp8_cosine: float | None) -> dict:
+    """The job's settings, the equivalence check, and every path's median rate, MFU and ratio."""
+    args, peak = job.args, job.peak
+    extract, forward, naive = rates["extract"], rates["forward"], rates["naive"]
+    result = {
+        "device": job.name,
+        "dtype": str(job.dtype),
+        "shape": "tiny" if args.tiny else "Llama-3.1-8B",
+        "row_lengths": [job.low, job.high],
+        "batch_tokens": job.batch_tokens,
+        "layer_ids": job.layer_ids,
+        "samples_per_repeat": job.samples,
+        "naive_samples_per_repeat": job.naive_samples,
+        "repeats": args.repeats,
+        "model_build_s": round(job.build_s, 1),
+        "measured_peak_tflops": round(peak / 1e12, 1),
+        "datasheet_peak_tflops": round(job.datasheet / 1e12, 1) if job.datasheet else None,
+        **equivalence,
+        "forward_same_rows_tok_s": round(med(forward)),
+        "forward_same_rows_runs_tok_s": [round(r) for r in forward],
+        "forward_same_rows_mfu_measured": round(med(rates["forward_mfu"]) / peak, 3),
+        "capture_no_writes_tok_s": round(med(rates["capture"])),
+        "capture_no_writes_runs_tok_s": [round(r) for r in rates["capture"]],
+        "capture_vs_forward_ratio": round(med(rates["capture"]) / med(forward), 3),
+        "extract_vs_forward_ratio": round(med(extract) / med(forward), 3),
+        "extract_vs_forward_per_repeat": [round(e / f, 3) for e, f in zip(extract, forward)],
+        "extract_tok_s": round(med(extract)),
+        "extract_tok_s_spread": round(spread(extract), 3),
+        "extract_runs_tok_s": [round(r) for r in extract],
+        "extract_mfu_measured": round(med(rates["extract_mfu"]) / peak, 3),
+        "naive_tok_s": round(med(naive)),
+        "naive_tok_s_spread": round(spread(naive), 3),
+        "naive_mfu_measured": round(med(rates["naive_mfu"]) / peak, 3),
+        "speedup_vs_naive": round(med(extract) / med(naive), 2),
+        "written_gb_per_s": round(med(rates["written"]) / 1e9, 3),
+        "bytes_per_token": round(med(rates["bytes_per_token"])),
+    }
+    if rates["fp8"]:
+        result.update(fp8_fields(rates, fp8_cosine))
+    if job.datasheet:
+        result["extract_mfu_datasheet"] = round(med(rates["extract_mfu"]) / job.datasheet, 3)
+        result["naive_mfu_datasheet"] = round(med(rates["naive_mfu"]) / job.datasheet, 3)
+    return result
+
+
+def fp8_fields(rates: dict[str, list], fp8_cosine: float) -> dict:
+    """The fp8 extractor against the bf16 one and against the forward pass."""
+    fp8, fp8_bytes = rates["fp8"], rates["fp8_bytes_per_token"]
+    return {
+        "fp8_min_token_cosine": round(fp8_cosine, 5),
+        "extract_fp8_tok_s": round(med(fp8)),
+        "extract_fp8_tok_s_spread": round(spread(fp8), 3),
+        "extract_fp8_runs_tok_s": [round(r) for r in fp8],
+        "fp8_bytes_per_token": round(med(fp8_bytes)),
+        "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes) / med(rates["bytes_per_token"]), 4),
+        "fp8_vs_bf16_extract_ratio": round(med(fp8) / med(rates["extract"]), 3),
+        "fp8_extract_vs_forward_ratio": round(med(fp8) / med(rates["forward"]), 3),
+    }
+
+
+def print_result(result: dict, job, fp8: bool) -> None:
+    """Every field, right-aligned, then the headline line."""
+    for key, value in result.items():
+        print(f"{key:>30}: {value}")
+    print(
+        f"result shape={result['shape']} rows={job.low}-{job.high} batch_tokens={job.batch_tokens} "
+        f"extract_vs_forward_ratio={result['extract_vs_forward_ratio']} "
+        f"capture_vs_forward_ratio={result['capture_vs_forward_ratio']} extract_tok_s={result['extract_tok_s']} "
+        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']}"
+        + (f" fp8_extract_vs_forward_ratio={result['fp8_extract_vs_forward_ratio']}" if fp8 else ""),
+        flush=True,
+    )
