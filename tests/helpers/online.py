@@ -48,7 +48,9 @@ def scratch_folders(root: Path) -> list[Path]:
     return list((asset_folder(root, EAGLE3_CHECKPOINT) / WORK_DIR).glob(f"{ONLINE_SCRATCH_PREFIX}*"))
 
 
-def train_online(storage_root, tiny_verifier, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+def train_online(
+    storage_root, tiny_verifier, instance: dg.DagsterInstance, feature_dtype: str = "bfloat16"
+) -> dg.ExecuteInProcessResult:
     """eagle3_checkpoint (and its checks) of training run ``RUN`` with online features, on the real tiny
     verifier served by vLLM."""
     from eagle_assets.eagle3_checkpoint import asset as eagle3_checkpoint
@@ -57,7 +59,7 @@ def train_online(storage_root, tiny_verifier, instance: dg.DagsterInstance) -> d
     built = eagle3_checkpoint.build(source_partitions())
     return dg.materialize(
         [*built["assets"], *built["checks"]],
-        resources={"storage": storage_root, "verifier": online_verifier(tiny_verifier)},
+        resources={"storage": storage_root, "verifier": online_verifier(tiny_verifier, feature_dtype)},
         instance=instance,
         partition_key=RUN,
         run_config={
@@ -69,11 +71,17 @@ def train_online(storage_root, tiny_verifier, instance: dg.DagsterInstance) -> d
     )
 
 
-def online_verifier(tiny_verifier):
+def online_verifier(tiny_verifier, feature_dtype: str = "bfloat16"):
     from eagle_assets.resources import Verifier
 
     # The vllm backend builds the server's engine; eager, as the embedded verifier is served.
-    return Verifier(model_path=str(tiny_verifier), backend="vllm", device="cpu", engine_args={"enforce_eager": True})
+    return Verifier(
+        model_path=str(tiny_verifier),
+        backend="vllm",
+        device="cpu",
+        feature_dtype=feature_dtype,
+        engine_args={"enforce_eager": True},
+    )
 
 
 def online_instance() -> dg.DagsterInstance:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import speculators.train.data as speculators_data
 import torch
 from hs_connectors.fp8_utils import SCALES_KEY, dequantize_fp8_tensor
 from hs_connectors.transfer import FileTransfer, FP8Transfer
@@ -39,6 +40,20 @@ from speculators.train.data import ArrowDataset, CollateFn
 # features differently (EAGLE-3 pairs token t's aux states with token t+1's final state). The names lack
 # "hidden_states": speculators' collate casts keys holding it to the features' dtype.
 SCALES_OF = {"hidden_states": "aux_feature_scales", "verifier_last_hidden_states": "last_feature_scales"}
+
+
+def check_generated(data: dict, tokens: list[int]) -> None:
+    """speculators' check of a row the extraction server made (``features: online``), FP8 rows included:
+    torch has no CPU min/max of FP8, so their values are widened to bf16 for the check alone."""
+    states = data.get("hidden_states")
+    if isinstance(states, torch.Tensor) and states.dtype == torch.float8_e4m3fn:
+        data = {**data, "hidden_states": states.to(torch.bfloat16)}
+    _speculators_check(data, tokens)
+
+
+_speculators_check = speculators_data.check_hidden_states
+# Installed on import: loader workers started by spawn import this module when they unpickle the dataset.
+speculators_data.check_hidden_states = check_generated
 
 
 class ScalesKeptTransfer(FileTransfer):
@@ -60,7 +75,10 @@ class ScalesKeptTransfer(FileTransfer):
         return self._keep_scales(super().get_cached(file_idx))
 
     def get_generated(self, hs_transfer_params):
-        return self._keep_scales(super().get_generated(hs_transfer_params))
+        sample = self._keep_scales(super().get_generated(hs_transfer_params))
+        if sample is not None and not bool(torch.isfinite(self.last_scales).all()):
+            raise ValueError("the generated row's FP8 scales are not all finite")  # speculators retries the row
+        return sample
 
 
 class Fp8OnDeviceDataset(ArrowDataset):

@@ -102,19 +102,24 @@ def test_online_features_train_through_the_real_server_and_resume_after_sigkill(
 
 
 def test_a_server_killed_mid_training_fails_the_run_naming_it(tiny_verifier, storage_root):
-    """SIGKILL of the server's process group once the trainer has asked it for rows: the run fails with the
-    server's port, exit code and log tail within seconds, not after speculators' retries."""
+    """FP8 features made online, and SIGKILL of the server's process group once the trainer has trained on
+    rows it made: the run fails with the server's port, exit code and log tail within seconds, not after
+    speculators' retries."""
     from eagle_assets.resources.server_state import ServerFiles, read_state, server_state_dir
 
     write_token_sequences(storage_root, tiny_verifier, prompts=24, steps=3)
     root = Path(storage_root.root)
+    work = asset_folder(root, EAGLE3_CHECKPOINT) / WORK_DIR
     killed: dict = {}
+
+    def trained_a_step() -> bool:
+        return any('"train"' in metrics.read_text() for metrics in work.glob("trainer-*/metrics.jsonl"))
 
     def kill_once_serving() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not killed:
             for folder in scratch_folders(root):
-                if any(folder.glob("*.safetensors*")):  # the trainer is generating rows
+                if trained_a_step():  # on FP8 rows the server made and the loader read
                     port = int(folder.name.removeprefix(ONLINE_SCRATCH_PREFIX))
                     state = read_state(ServerFiles.on_this_host(server_state_dir(""), "127.0.0.1", port).state)
                     os.killpg(state["pid"], signal.SIGKILL)
@@ -123,7 +128,7 @@ def test_a_server_killed_mid_training_fails_the_run_naming_it(tiny_verifier, sto
 
     killer = threading.Thread(target=kill_once_serving, daemon=True)
     killer.start()
-    result = train_online(storage_root, tiny_verifier, online_instance())
+    result = train_online(storage_root, tiny_verifier, online_instance(), feature_dtype="fp8")
     ended = time.monotonic()
     killer.join(timeout=5)
     assert killed and not result.success

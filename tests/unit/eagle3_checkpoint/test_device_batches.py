@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
+
 from eagle_assets.eagle3_checkpoint.training_data import build_training_data
 from tests.helpers.synthetic import write_head_only_verifier, write_random_features
 
@@ -172,3 +175,18 @@ def test_the_next_epoch_starts_loading_once_this_one_is_in_hand_with_the_batches
     epochs_of(batches, sampler, [0])
     assert batches.early[0] == 1
     assert epochs_of(batches, sampler, [2]) == want[2:]
+
+
+def test_a_generated_fp8_row_is_checked_like_a_bf16_one():
+    """speculators' check of a row the online server made, on FP8 values (torch has no CPU min/max of FP8)."""
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import check_generated
+
+    states = torch.ones(3, 2, 4).to(torch.float8_e4m3fn)
+    check_generated({"hidden_states": states, "token_ids": torch.tensor([5, 6, 7])}, [5, 6, 7])
+    assert states.dtype == torch.float8_e4m3fn  # the row itself stays FP8
+    broken = states.clone()
+    broken[1, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        check_generated({"hidden_states": broken, "token_ids": torch.tensor([5, 6, 7])}, [5, 6, 7])
+    with pytest.raises(ValueError, match="Token ids don't match"):
+        check_generated({"hidden_states": states, "token_ids": torch.tensor([5, 6, 8])}, [5, 6, 7])
