@@ -34,7 +34,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import dagster as dg
@@ -44,7 +43,6 @@ from eagle_assets.core.layout import EAGLE3_CHECKPOINT, HIDDEN_STATES, ONLINE_SC
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.definitions import build_definitions
 from eagle_assets.demo.command import demo_ops, summarize
-from eagle_assets.hidden_states.vllm_connector import folder_bytes
 from eagle_assets.orchestration.jobs import stage_job_name
 from eagle_assets.resources import StorageRoot, Verifier
 from eagle_assets.resources.embedded import embedded_resources
@@ -54,42 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fp8_features import run_metadata
 from benchmarks.reasoning_vs_static import TRAINING_SPLITS
+from benchmarks.scratch_sampler import ScratchSampler
 
 SIDES = ("stored", "online")
 RUNS = {side: f"online-features-{side}" for side in SIDES}  # the training runs (dynamic partitions)
 STEP_TIMES = {dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}
-
-
-class ScratchSampler(threading.Thread):
-    """The most bytes the online scratch folders held at one sample (every ``every_s``), counted as the
-    connector counts them against the cap; ``busy``: samples that found any."""
-
-    def __init__(self, work: Path, every_s: float = 0.01):
-        super().__init__(daemon=True)
-        self.work, self.every_s, self.peak, self.busy, self.samples = work, every_s, 0, 0, 0
-        self.done = threading.Event()
-
-    def held(self) -> int:
-        total = 0
-        for folder in self.work.glob(f"{ONLINE_SCRATCH_PREFIX}*"):
-            try:
-                total += folder_bytes(folder)
-            except (FileNotFoundError, NotADirectoryError):  # removed as the server stopped
-                continue
-        return total
-
-    def run(self) -> None:
-        while not self.done.wait(self.every_s):
-            held = self.held()
-            self.peak, self.busy, self.samples = max(self.peak, held), self.busy + (held > 0), self.samples + 1
-
-    def __enter__(self) -> ScratchSampler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.done.set()
-        self.join()
 
 
 def disk_bytes(folder: Path) -> int:

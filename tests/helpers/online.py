@@ -4,9 +4,7 @@ SIGKILLs it), and a sampler of the scratch folders' bytes."""
 
 from __future__ import annotations
 
-import os
 import sys
-import threading
 from pathlib import Path
 
 import dagster as dg
@@ -17,31 +15,6 @@ from eagle_assets.core.layout import EAGLE3_CHECKPOINT, ONLINE_SCRATCH_PREFIX, W
 TINY_RUN = {"epochs": 2, "draft_vocab_size": 64, "total_seq_len": 256, "log_every_steps": 1}
 RUN = "online"
 SCRATCH_CAP_GB = 0.001  # 1 MB: a few of the tiny verifier's rows (~150 KB each)
-
-
-class ScratchPeak(threading.Thread):
-    """The most bytes the online scratch folders held at once, sampled every 10 ms."""
-
-    def __init__(self, work: Path):
-        super().__init__(daemon=True)
-        self.work, self.peak, self.seen = work, 0, 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(0.01):
-            held = 0
-            for folder in self.work.glob(f"{ONLINE_SCRATCH_PREFIX}*") if self.work.is_dir() else ():
-                for entry in os.scandir(folder) if folder.is_dir() else ():
-                    try:
-                        held += entry.stat().st_size
-                    except FileNotFoundError:
-                        continue
-            self.peak = max(self.peak, held)
-            self.seen += held > 0
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
 
 
 def scratch_folders(root: Path) -> list[Path]:

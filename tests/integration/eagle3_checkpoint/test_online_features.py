@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from benchmarks.scratch_sampler import ScratchSampler
 from eagle_assets.core.layout import (
     EAGLE3_CHECKPOINT,
     HIDDEN_STATES,
@@ -29,7 +30,6 @@ from eagle_assets.lineage.verify import verify_lineage
 from tests.helpers.features import write_token_sequences
 from tests.helpers.online import (
     SCRATCH_CAP_GB,
-    ScratchPeak,
     online_instance,
     online_verifier,
     scratch_folders,
@@ -51,9 +51,7 @@ def test_online_features_train_through_the_real_server_and_resume_after_sigkill(
     root = Path(storage_root.root)
     work = asset_folder(root, EAGLE3_CHECKPOINT) / WORK_DIR
     verifier, instance = online_verifier(tiny_verifier), online_instance()
-    peak = ScratchPeak(work)
-    peak.start()
-    try:
+    with ScratchSampler(work) as peak:
         log = tmp_path / "killed.log"
         killed = start([sys.executable, "-m", "tests.helpers.online", str(root), str(tiny_verifier)], tmp_path, log)
         try:
@@ -62,8 +60,6 @@ def test_online_features_train_through_the_real_server_and_resume_after_sigkill(
             kill_group(killed)
         [killed_port] = [int(f.name.removeprefix(ONLINE_SCRATCH_PREFIX)) for f in scratch_folders(root)]
         result = train_online(storage_root, tiny_verifier, instance)
-    finally:
-        peak.stop()
     print(f"online training: peak scratch {peak.peak} bytes")
     lines = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any("Resuming training on epoch 1." in line for line in lines), "the trainer started over"
@@ -81,7 +77,7 @@ def test_online_features_train_through_the_real_server_and_resume_after_sigkill(
     assert model.d2t.shape == (64,)
 
     # Every row went through the scratch folder, which never held more than the cap and is gone now.
-    assert 0 < peak.peak <= SCRATCH_CAP_GB * 1e9 and peak.seen > 0
+    assert 0 < peak.peak <= SCRATCH_CAP_GB * 1e9 and peak.busy > 0
     assert not scratch_folders(root)
     # No hidden_states materialization: neither files nor a Dagster record.
     assert not asset_folder(root, HIDDEN_STATES).exists()
