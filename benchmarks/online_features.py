@@ -39,6 +39,7 @@ from pathlib import Path
 import dagster as dg
 
 from eagle_assets.capacity import DEFAULT_SCRATCH_CAP_GB
+from eagle_assets.core.files import checkpoint_hash
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, HIDDEN_STATES, ONLINE_SCRATCH_PREFIX, WORK_DIR, asset_folder
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.definitions import build_definitions
@@ -167,8 +168,6 @@ def main() -> None:
         )
         r["online"]["disk"] = disk_bytes(data) - before
         r["online"]["scratch"] = {"peak": scratch.peak, "busy": scratch.busy, "samples": scratch.samples}
-        # Evaluated now: the stored run may keep the same weights in the same (content-named) folder, which
-        # then names the stored run as its owner.
         r["online"]["eval"] = evaluate(defs["online"], instance, RUNS["online"], evaluation)
         results.write_text(json.dumps(r, indent=1, default=str))  # the numbers so far, should a step fail
         before = disk_bytes(data)
@@ -178,13 +177,11 @@ def main() -> None:
         run = stage(defs["stored"], instance, EAGLE3_CHECKPOINT, RUNS["stored"], features["stored"])
         r["stored"].update(train_s=step_seconds(instance, run, EAGLE3_CHECKPOINT))
         r["stored"]["checkpoint"] = run_metadata([run], EAGLE3_CHECKPOINT)
-        shared = r["stored"]["checkpoint"]["path"] == r["online"]["checkpoint"]["path"]  # bit-identical weights
-        r["stored"]["disk"] = (
-            disk_bytes(data) - before + (disk_bytes(Path(r["stored"]["checkpoint"]["path"])) if shared else 0)
-        )
+        r["stored"]["disk"] = disk_bytes(data) - before
         r["stored"]["eval"] = evaluate(defs["stored"], instance, RUNS["stored"], evaluation)
         results.write_text(json.dumps(r, indent=1, default=str))
     left_in_scratch = sorted(work.glob(f"{ONLINE_SCRATCH_PREFIX}*"))
+    identical = len({checkpoint_hash(Path(r[side]["checkpoint"]["path"])) for side in SIDES}) == 1
 
     online, stored = r["online"], r["stored"]
     problems = []  # reported under the table: a finished run's numbers are worth printing either way
@@ -229,7 +226,7 @@ def main() -> None:
         f"stored hidden_states: {stored['hs']['bytes_written']} bytes written ({stored['hs']['bytes_per_token']} "
         f"bytes/token), {stored['hs']['tokens_per_s']} tok/s, backend {stored['hs']['backend']}"
     )
-    print(f"drafts with bit-identical weights (one content-named kept folder): {'yes' if shared else 'no'}")
+    print(f"drafts with bit-identical config and weights (each run's own kept folder): {'yes' if identical else 'no'}")
     print(
         f"online scratch: peak {scratch.peak} bytes of the {cap}-byte cap ({scratch.peak / cap:.2e}); "
         f"{scratch.busy} of {scratch.samples} samples found files; {len(left_in_scratch)} scratch folders left"

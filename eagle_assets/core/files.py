@@ -90,6 +90,13 @@ def hash_of_model_files(file_hashes: Mapping[str, str]) -> str:
     return combined_hash(f"{name}:{file_hashes[name]}" for name in MODEL_FILES)
 
 
+def checkpoint_id(weights_hash: str, training_run: str) -> str:
+    """A kept checkpoint's identity: its :func:`hash_of_model_files` and the training run that kept it. The
+    folder's name and the asset's data version are its first 16 characters, so two runs that train identical
+    weights each keep a folder and records of their own, and neither rewrites the other's."""
+    return combined_hash((weights_hash, training_run))
+
+
 def checkpoint_hash(folder: Path) -> str:
     """The content hash of a checkpoint: its config and weights."""
     return hash_of_model_files(model_file_hashes(folder))

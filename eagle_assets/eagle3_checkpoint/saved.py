@@ -4,8 +4,9 @@ speculators saves each epoch as ``config.json`` (an ``Eagle3SpeculatorConfig`` w
 ``speculators_model_type: eagle3``, the draft decoder config, the auxiliary layer ids and the verifier
 path) and ``model.safetensors`` (draft weights, the frozen embedding, and the ``d2t``/``t2d`` vocab maps).
 That pair is what vLLM loads as an ``eagle3`` speculator. The kept folder holds the pair plus
-``training.json`` (settings, data and metrics) and ``lineage.json``; its name and data version are a
-hash of the pair, so an identical checkpoint is one folder.
+``training.json`` (settings, data and metrics) and ``lineage.json``; its name and data version are the
+:func:`~eagle_assets.core.files.checkpoint_id` of the pair and the training run, and nothing rewrites it once
+kept: the same run keeping the same weights again finds it kept, another run keeps a folder of its own.
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from eagle_assets.core.files import hash_of_model_files, model_file_hashes, write_json
-from eagle_assets.core.layout import TRAINING_STATE_FILES
+from eagle_assets.core.files import checkpoint_id, file_sha256, hash_of_model_files, model_file_hashes, write_json
+from eagle_assets.core.layout import (
+    LINEAGE_DIGEST_FILE,
+    LINEAGE_FILE,
+    MODEL_FILES,
+    TRAINING_STATE_FILES,
+    read_training_record,
+)
 from eagle_assets.eagle3_checkpoint.feature_manifest import FeatureManifest
 from eagle_assets.eagle3_checkpoint.simulated import draft_proposals, load_draft
 
@@ -28,17 +35,22 @@ from eagle_assets.eagle3_checkpoint.simulated import draft_proposals, load_draft
 def keep_checkpoint(
     best_dir: Path,
     out_root: Path,
+    training_run: str,
     extra_json: dict[str, dict],
     finish: Callable[[Path, Mapping[str, str]], object] | None = None,
 ) -> tuple[Path, str, object]:
-    """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<hash>``;
-    ``finish`` (e.g. the lineage writer) runs on the complete folder before it takes its final name,
-    given the :func:`model_file_hashes` of the copied files. Returns (folder, content hash, what
-    ``finish`` returned)."""
+    """Copy the checkpoint files of ``best_dir`` and write ``extra_json`` files into ``out_root/<id>``
+    (:func:`checkpoint_id` of the files and ``training_run``); ``finish`` (e.g. the lineage writer) runs on
+    the complete folder before it takes its final name, given the :func:`model_file_hashes` of the copied
+    files. Returns (folder, checkpoint id, what ``finish`` returned). A folder of that name that holds
+    these model files was kept by this run before: it and its records stay as they are, and the third
+    item is None."""
     hashes = model_file_hashes(best_dir)
-    digest = hash_of_model_files(hashes)
-    finished = None
+    digest = checkpoint_id(hash_of_model_files(hashes), training_run)
     final = Path(out_root) / digest[:16]
+    if _kept_before(final, hashes):
+        return final, digest, None
+    finished = None
     out_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=out_root))
     try:
@@ -49,13 +61,25 @@ def keep_checkpoint(
             write_json(content, tmp / name)
         if finish is not None:
             finished = finish(tmp, hashes)
-        if final.exists():  # the same weights kept before: refresh the metadata files
+        if final.exists():  # a damaged copy (a model file changed or gone, no record): nothing can verify it
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final, digest, finished
+
+
+def _kept_before(folder: Path, hashes: Mapping[str, str]) -> bool:
+    """Whether ``folder`` is a complete kept checkpoint (its record written last) of these model files."""
+    complete = (folder / LINEAGE_DIGEST_FILE).is_file() and all((folder / name).is_file() for name in MODEL_FILES)
+    return complete and model_file_hashes(folder) == hashes
+
+
+def kept_records(folder: Path) -> tuple[dict, dict, str]:
+    """A kept folder's ``training.json``, ``lineage.json`` and the sha256 of ``lineage.json``."""
+    lineage = folder / LINEAGE_FILE
+    return read_training_record(folder), json.loads(lineage.read_text()), file_sha256(lineage)
 
 
 def load_with_speculators(folder: Path):

@@ -31,7 +31,7 @@ from eagle_assets.eagle3_checkpoint.online_features import (
     online_manifest,
     recorded_manifest,
 )
-from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint, verifier_facts, verifier_mismatches
+from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint, kept_records, verifier_facts, verifier_mismatches
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings, VerifierShape, resolve_settings
 from eagle_assets.eagle3_checkpoint.training_data import (
     FeatureManifest,
@@ -161,9 +161,9 @@ class KeptCheckpoint:
     """The checkpoint folder a training kept, and what it records."""
 
     folder: Path
-    digest: str  # content hash of the model files (the folder's name is its first 16 characters)
+    digest: str  # checkpoint_id of the model files and training run (the folder's name: its first 16 characters)
     training: dict  # training.json
-    lineage: dict  # lineage.json as collected (before the checkpoint's own files were added)
+    lineage: dict  # lineage.json as collected (before the checkpoint's own files were added), or as kept before
     lineage_sha256: str  # sha256 of the lineage.json written
     summary: dict  # the trainer's metrics of the kept epoch
 
@@ -258,9 +258,13 @@ def train_and_keep(
     folder, digest, lineage_sha256 = keep_checkpoint(
         trained.best_dir,
         checkpoints,
+        training_run,
         {TRAINING_FILE: training},
         finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes, key),
     )
+    if lineage_sha256 is None:  # this run kept these weights before: that folder's records stand
+        training, lineage, lineage_sha256 = kept_records(folder)
+        log.info(f"{folder} was kept by training run {training_run!r} before; its records stay as they are")
     return KeptCheckpoint(folder, digest, training, lineage, lineage_sha256, trained.summary)
 
 

@@ -25,11 +25,12 @@ from typing import Any
 
 import dagster as dg
 
-from eagle_assets.core.files import hash_of_model_files
+from eagle_assets.core.files import checkpoint_id, hash_of_model_files
 from eagle_assets.core.layout import (
     EAGLE3_CHECKPOINT,
     LINEAGE_FILE,
     MODEL_FILES,
+    read_training_record,
 )
 from eagle_assets.lineage.hashing import (
     DEFAULT_WORKERS,
@@ -153,7 +154,10 @@ def verify_lineage(
                 tally.count(hashed)
 
     notes: list[str] = online_notes(lineage) if lineage is not None else []
-    content_hash = hash_of_model_files(model_hashes) if len(model_hashes) == len(MODEL_FILES) else None
+    content_hash = None  # the checkpoint id: the folder's name and its materializations' data version
+    if len(model_hashes) == len(MODEL_FILES):
+        training_run = read_training_record(folder).get("training_run", "")
+        content_hash = checkpoint_id(hash_of_model_files(model_hashes), training_run)
     problems, against_instance = record_problems(folder, instance, content_hash, notes)
     signature = "unchecked"
     if key is not None:

@@ -42,7 +42,7 @@ class Draft:
     """A draft checkpoint as served: where it is, its content, K, and the verifier it was trained for."""
 
     path: str
-    content_hash: str  # 16 hex digits over config.json and model.safetensors (a kept folder's name)
+    content_hash: str  # 16 hex digits over config.json and model.safetensors (the draft itself, whichever run kept it)
     config_hash: str  # 16 hex digits of config.json
     num_speculative_tokens: int
     verifier_identity: str | None  # training.json's; None: the folder records none

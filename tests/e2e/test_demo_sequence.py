@@ -32,6 +32,7 @@ def test_each_verifier_trains_on_its_own_samples_and_both_checkpoints_verify(dem
     log = Path(re.match(r"full log: (.+)$", back_demo.output.splitlines()[0]).group(1)).read_text()
     assert re.search(r"demo: \d+ prompts in splits .*, 0 to capture", log), log[-3000:]
     assert _checkpoint(back_demo.output) == _checkpoint(demo.output)
+    assert "was kept by training run 'demo' before; its records stay as they are" in log  # nothing rewritten
 
     script = Path(sys.executable).with_name("eagle-assets")
     for checkpoint in (_checkpoint(demo.output), _checkpoint(kimi_demo.output)):

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from eagle_assets.cli import app
-from eagle_assets.core.files import checkpoint_hash, file_sha256
+from eagle_assets.core.files import checkpoint_hash, checkpoint_id, file_sha256
 from eagle_assets.core.layout import (
     LINEAGE_DIGEST_FILE,
     LINEAGE_FILE,
@@ -27,6 +27,7 @@ from eagle_assets.core.layout import (
     current_version,
     prompts_file,
     published_kind,
+    read_training_record,
 )
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.eagle3_checkpoint.asset import CODE_VERSION as CHECKPOINT_CODE_VERSION
@@ -283,11 +284,13 @@ def test_a_missing_record_digest_fails_verify(chain):
         digest_file.write_bytes(original)
 
 
-def test_the_checkpoint_folder_name_is_its_content_hash(chain, tmp_path):
-    """A kept folder is named by its content hash: a copy under that name verifies, under another
-    hash-like name it is named as misnamed (from lineage.json alone: no instance)."""
+def test_the_checkpoint_folder_name_is_its_checkpoint_id(chain, tmp_path):
+    """A kept folder is named by its checkpoint id (the content hash of its model files with its training
+    run): a copy under that name verifies, under another hash-like name it is named as misnamed (from
+    lineage.json alone: no instance)."""
     _, _, ckpt, _ = chain
-    good = tmp_path / checkpoint_hash(ckpt)[:16]
+    good = tmp_path / checkpoint_id(checkpoint_hash(ckpt), read_training_record(ckpt)["training_run"])[:16]
+    assert good.name == ckpt.name
     shutil.copytree(ckpt, good)
     assert runner.invoke(app, ["lineage", "verify", str(good)], env={"DAGSTER_HOME": None}).exit_code == 0
     bad = tmp_path / ("0" * 16)

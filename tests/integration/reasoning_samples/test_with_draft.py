@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from eagle_assets.core.files import checkpoint_hash, checkpoint_id
 from eagle_assets.core.layout import PROMPTS, current_version, samples_folder
 from eagle_assets.reasoning_samples.store import load_samples
 from tests.helpers.runs import materialize_ok
@@ -111,11 +112,13 @@ def test_greedy_samples_with_the_draft_are_the_verifiers_own_and_name_the_draft(
     assert after.select(key).to_pylist() == before.select(key).to_pylist()
     assert drafted["recipe_id"] == plain["recipe_id"] == current_version(again / "reasoning_samples" / PARTITION)
 
-    # Every row (and the materialization) names the draft: the kept folder, its content hash (the folder's name),
-    # its config hash and K; the rows captured without it name none.
+    # Every row (and the materialization) names the draft: the kept folder, its content hash (with the training
+    # run, the folder's name), its config hash and K; the rows captured without it name none.
     assert set(before["draft"].to_pylist()) == {None} and plain["draft"] == "none" and plain["draft_rows"] == 0
     [recorded] = [json.loads(d) for d in set(after["draft"].to_pylist())]
-    assert recorded["path"] == str(Path(checkpoint).resolve()) and recorded["content_hash"] == Path(checkpoint).name
+    weights = checkpoint_hash(Path(checkpoint))
+    assert recorded["path"] == str(Path(checkpoint).resolve()) and recorded["content_hash"] == weights[:16]
+    assert Path(checkpoint).name == checkpoint_id(weights, RUN)[:16]
     assert recorded["num_speculative_tokens"] == 3 and recorded["training_run"] == RUN
     assert drafted["draft"] == recorded and drafted["draft_rows"] == after.num_rows
     print(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle_assets.backends import VerifierBackend
-from eagle_assets.core.files import file_sha256, hash_of_model_files, model_file_hashes, publish_version
+from eagle_assets.core.files import checkpoint_id, file_sha256, hash_of_model_files, model_file_hashes, publish_version
 from eagle_assets.core.layout import HIDDEN_STATES, INDEX_FILE, SEQUENCES_FILE, TOKEN_SEQUENCES, asset_folder
 from eagle_assets.eagle3_checkpoint import trainer
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
@@ -136,7 +136,8 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     assert expected["data"]["partitions"] == PARTITIONS and expected["metrics"] == summary == kept.summary
     assert expected["verifier"]["identity"] == BACKEND.identity(verifier) and expected["recipe"] == {"epochs": 5}
 
-    assert kept.digest == hash_of_model_files(model_file_hashes(best)) and kept.folder.name == kept.digest[:16]
+    weights = hash_of_model_files(model_file_hashes(best))
+    assert kept.digest == checkpoint_id(weights, "v1") and kept.folder.name == kept.digest[:16]
     assert kept.folder.parent == tmp_path / "checkpoints"
     assert sorted(p.name for p in kept.folder.iterdir()) == [
         "config.json",
@@ -147,7 +148,17 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     ]
     assert json.loads((kept.folder / "training.json").read_text()) == json.loads(json.dumps(expected, default=str))
     lineage = json.loads((kept.folder / "lineage.json").read_text())
-    assert lineage["partitions"] == PARTITIONS and lineage["checkpoint_hash"] == kept.digest
+    assert lineage["partitions"] == PARTITIONS and lineage["checkpoint_hash"] == weights
     assert {f["path"] for f in lineage["checkpoint_files"]} == {"config.json", "model.safetensors", "training.json"}
     assert kept.lineage_sha256 == file_sha256(kept.folder / "lineage.json")
     assert kept.lineage == {"format": 1, "partitions": PARTITIONS}
+    # The same run keeping the same weights again (another Dagster run) finds them kept: nothing is rewritten.
+    files = {p.name: p.read_bytes() for p in kept.folder.iterdir()}
+    logs = Levels()
+    rerun = record | {"dagster_run_id": "def"}
+    work, checkpoints = tmp_path / "work", tmp_path / "checkpoints"
+    again = train_and_keep(plan, BACKEND, verifier, work, checkpoints, lineage_of, logs, **rerun)
+    assert (again.folder, again.digest, again.lineage_sha256) == (kept.folder, kept.digest, kept.lineage_sha256)
+    assert again.training["trainer"]["dagster_run_id"] == "abc" and again.lineage["checkpoint_hash"] == weights
+    assert {p.name: p.read_bytes() for p in kept.folder.iterdir()} == files
+    assert any("was kept by training run 'v1' before" in line for line in logs.infos)

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from eagle_assets.cli import app
-from eagle_assets.core.files import checkpoint_hash, file_sha256
+from eagle_assets.core.files import checkpoint_hash, checkpoint_id, file_sha256
 from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE
 from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint
 from eagle_assets.lineage.collect import collect_lineage
@@ -35,13 +35,15 @@ def test_keeping_a_checkpoint_reads_its_weights_once_and_returns_the_lineage_sha
     folder, digest, lineage_sha256 = keep_checkpoint(
         best,
         tmp_path / "kept",
-        {"training.json": {"seed": 0}},
+        "v1",
+        {"training.json": {"seed": 0, "training_run": "v1"}},
         finish=lambda tmp, model_hashes: write_lineage(tmp, {"storage_root": str(tmp_path)}, model_hashes),
     )
     assert reads == [best / "model.safetensors"]  # named the folder; the lineage record reuses it
     monkeypatch.undo()
     lineage = json.loads((folder / LINEAGE_FILE).read_text())
-    assert folder.name == digest[:16] and lineage["checkpoint_hash"] == digest == checkpoint_hash(folder)
+    assert folder.name == digest[:16] and digest == checkpoint_id(checkpoint_hash(folder), "v1")
+    assert lineage["checkpoint_hash"] == checkpoint_hash(folder)
     assert {f["path"]: f["sha256"] for f in lineage["checkpoint_files"]} == {
         name: file_sha256(folder / name) for name in ("config.json", "model.safetensors", "training.json")
     }

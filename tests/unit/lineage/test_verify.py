@@ -17,6 +17,7 @@ from eagle_assets.core.files import file_sha256
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, LINEAGE_DIGEST_FILE, LINEAGE_FILE, LINEAGE_SIGNATURE_FILE
 from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint
 from eagle_assets.lineage.record import (
+    DATA_VERSION_TAG,
     KEY_ENV,
     KEY_FILE_ENV,
     LINEAGE_DIGEST_KEY,
@@ -65,12 +66,13 @@ def make_checkpoint(
     (best / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3"}))
     (best / "model.safetensors").write_bytes(b"weights" * 1000)
     lineage = {name: {} for name in REQUIRED_KEYS} | {"storage_root": str(root), "artifacts": artifacts}
-    lineage["training"] = {"seed": 0}
+    lineage["training"] = {"seed": 0, "training_run": "demo"}
     lineage["hidden_states"] = hidden_states or {}
     folder, _, _ = keep_checkpoint(
         best,
         root / EAGLE3_CHECKPOINT,
-        {"training.json": {"seed": 0}},
+        "demo",
+        {"training.json": lineage["training"]},
         finish=lambda tmp, hashes: write_lineage(tmp, lineage, hashes, key),
     )
     return folder
@@ -260,3 +262,37 @@ def test_features_computed_online_are_named_as_never_stored(tmp_path):
     assert note.startswith("hidden_states[demo]: features computed online while training and never stored (23 rows")
     assert "token_sequences 0123456789abcdef, are checked" in note and "none was stored" in note
     assert verify_lineage(make_checkpoint(tmp_path / "stored")).notes == []
+
+
+def test_two_runs_that_train_identical_weights_keep_their_own_records_and_both_verify(tmp_path):
+    """Kept folders are never rewritten: the same run keeping its weights again finds them kept; another run
+    with identical weights keeps its own folder, and each verifies against its own materialization."""
+    root = tmp_path / "data"
+    first = make_checkpoint(root)
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    record = json.loads((first / LINEAGE_FILE).read_text())
+    del record["checkpoint_files"], record["checkpoint_hash"]
+
+    def keep(run: str):
+        training = {"seed": 0, "training_run": run}
+        lineage = record | {"training": training}
+        finish = lambda tmp, hashes: write_lineage(tmp, lineage, hashes)  # noqa: E731
+        return keep_checkpoint(root / "best", root / EAGLE3_CHECKPOINT, run, {"training.json": training}, finish)
+
+    again, digest, written = keep("demo")
+    assert (again, digest[:16], written) == (first, first.name, None)
+    second, other_digest, _ = keep("other")
+    assert second.parent == first.parent and second.name == other_digest[:16] != first.name
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    assert (second / "model.safetensors").read_bytes() == (first / "model.safetensors").read_bytes()
+    assert json.loads((second / "training.json").read_text())["training_run"] == "other"
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        for folder in (first, second):  # the second run's materialization is the newest
+            metadata = {"path": str(folder), LINEAGE_DIGEST_KEY: file_sha256(folder / LINEAGE_FILE)}
+            event = dg.AssetMaterialization(EAGLE3_CHECKPOINT, metadata=metadata, tags={DATA_VERSION_TAG: folder.name})
+            instance.report_runless_asset_event(event)
+        for folder in (first, second):
+            verified = verify_lineage(folder, instance=instance)
+            assert verified.problems == [] and verified.against_instance, folder
