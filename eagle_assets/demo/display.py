@@ -47,13 +47,17 @@ class StageDisplay:
         self.terminal = terminal
         self.redraw = redraw
         self.min_gap_s = 1.0 / per_s
-        self.started: dict[str, float] = {}
+        self.started: dict[str, float] = {}  # each stage's first status in its current run
+        self.done: set[str] = set()
         self.shown = ""
         self.last_draw = 0.0
 
     def progress(self, stage: str, message: str) -> None:
         """The stage's latest progress ``message`` (a log line of the asset)."""
         now = time.monotonic()
+        if stage in self.done:  # a later run of a stage that has printed its result
+            self.done.discard(stage)
+            self.started.pop(stage, None)
         self.started.setdefault(stage, now)
         if not self.redraw or FORWARDED.search(message) or now - self.last_draw < self.min_gap_s:
             return
@@ -75,8 +79,11 @@ class StageDisplay:
         return text[:width]
 
     def result(self, stage: str, text: str) -> None:
-        """A stage's result line, with the seconds since its first status."""
-        elapsed = time.monotonic() - self.started.get(stage, time.monotonic())
+        """A stage's result line, with the seconds since its first status (a later run of the same stage,
+        e.g. another partition's prompts, counts from its own)."""
+        now = time.monotonic()
+        elapsed = now - self.started.get(stage, now)
+        self.done.add(stage)
         self.line(f"{stage:<18} {elapsed:5.0f}s done: {text}")
 
     def line(self, text: str) -> None:

@@ -103,10 +103,17 @@ class MetricsRecorder(logging.Handler):
                 )
 
 
-class _ConsoleFilter(logging.Filter):
-    """Drops metric dicts from the console: the recorder prints their summary."""
+# HTTP clients log one line per request: with online features that is a line per generated row.
+_QUIET_BELOW_WARNING = ("httpx", "httpx2", "httpcore")
+
+
+class ConsoleFilter(logging.Filter):
+    """Drops metric dicts from the console (the recorder prints their summary) and HTTP clients' request
+    lines below WARNING."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING and record.name.split(".")[0] in _QUIET_BELOW_WARNING:
+            return False
         return not isinstance(record.msg, Mapping)
 
 
@@ -115,7 +122,7 @@ def _configure_logging(recorder: MetricsRecorder) -> None:
     # console (which wraps lines to a guessed terminal width) stays out of a piped log.
     console = logging.StreamHandler(sys.stdout)
     console.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    console.addFilter(_ConsoleFilter())
+    console.addFilter(ConsoleFilter())
     logging.basicConfig(level=logging.INFO, handlers=[console])
     if not _is_rank0():
         console.setLevel(logging.WARNING)

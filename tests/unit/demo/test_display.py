@@ -35,6 +35,21 @@ def test_without_a_tty_only_result_lines_are_printed():
     assert terminal.getvalue() == "prompts[demo] version x: rows_kept=713\n"
 
 
+def test_a_stage_run_again_counts_its_seconds_from_its_own_first_status(monkeypatch):
+    from eagle_assets.demo import display as module
+
+    clock = iter([100.0, 101.0, 400.0, 403.0])
+    monkeypatch.setattr(module.time, "monotonic", lambda: next(clock))
+    terminal = io.StringIO()
+    display = StageDisplay(terminal, redraw=False)
+    display.progress("prompts", "prompts: 10/20")  # the dataset run's prompts
+    display.result("prompts", "[demo] x: rows_kept=713")
+    display.progress("prompts", "prompts: 1/48")  # the evaluation-only partition's, minutes later
+    display.result("prompts", "[demo_ood] y: rows_kept=48")
+    first, second = terminal.getvalue().splitlines()
+    assert first.split()[1] == "1s" and second.split()[1] == "3s", terminal.getvalue()
+
+
 def test_output_goes_to_the_log_file_children_included_and_the_terminal_gets_only_what_is_said(tmp_path):
     log = tmp_path / "logs" / "demo.log"
     script = (

@@ -69,3 +69,20 @@ def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_pat
     ]
     run_streaming(endless, log, cwd=tmp_path, done=lambda: "3" in log.lines)
     assert log.lines == ["0", "1", "2", "3"]
+
+
+def test_the_training_console_keeps_its_own_lines_and_drops_metric_dicts_and_http_request_lines():
+    import logging
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.launch import ConsoleFilter
+
+    def record(name: str, level: int, msg) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, msg, None, None)
+
+    keep = ConsoleFilter().filter
+    assert keep(record("speculators", logging.INFO, "Training epoch 1/2 started"))
+    assert not keep(record("speculators.metrics", logging.INFO, {"train/loss": 1.0}))
+    # Online features: one request line per generated row would bury the trainer's own lines.
+    assert not keep(record("httpx2", logging.INFO, 'HTTP Request: POST http://127.0.0.1:1/v1/completions "200 OK"'))
+    assert not keep(record("httpx", logging.INFO, "HTTP Request: GET http://127.0.0.1:1/v1/models"))
+    assert keep(record("httpx2", logging.WARNING, "connection refused"))
