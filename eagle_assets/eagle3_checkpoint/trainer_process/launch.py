@@ -15,6 +15,8 @@ The flags after ``--`` are resolved by speculators' own ``TrainConfig.resolve`` 
 - speculators' fused Triton loss made callable from the compiled draft
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.fused_loss`), when ``--loss-implementation fused``
   (speculators' default);
+- the best epoch (``--save-best``) saved by a background thread while the next epoch trains, crash-safe
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.async_save`);
 - early stopping: training ends once validation loss has not improved for ``--early-stop-patience``
   epochs (speculators has no such option);
 - ``--metrics-file``: every metric record speculators logs, one JSON line each (rank 0), so the
@@ -153,7 +155,14 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     from speculators.train import cli, dataloader, trainer
 
     # These import torch and speculators themselves: the module loads light for `--help` and argument errors.
+    from speculators.train.checkpointer import SingleGPUCheckpointer
+    from speculators.train.distributed import get_rank
+
     from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs
+    from eagle_assets.eagle3_checkpoint.trainer_process.async_save import (
+        BestCheckpointSaves,
+        recover_interrupted_saves,
+    )
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
         DeviceBatches,
         Fp8OnDeviceDataset,
@@ -181,12 +190,33 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     class EarlyStoppingTrainer(trainer.Trainer):
         """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""
 
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
+        def __init__(self, model, config, *args, **kwargs):
+            if config.save_best and get_rank() == 0:
+                recover_interrupted_saves(Path(config.save_path))  # before speculators looks for epochs
+            super().__init__(model, config, *args, **kwargs)
             device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
             last_epoch = self.config.num_epochs - 1
             self.train_loader = on_device(self.train_loader, device, last_epoch)
             self.val_loader = on_device(self.val_loader, device, last_epoch)
+            # DistributedCheckpointer (FSDP) gathers state dicts collectively: it keeps speculators' own save.
+            background = config.save_best and isinstance(self.checkpointer, SingleGPUCheckpointer)
+            self._best_saves = BestCheckpointSaves(self.checkpointer, self.rank) if background else None
+
+        def run_training(self):
+            try:
+                super().run_training()
+            finally:
+                # Also on EarlyStop or an error: the process never ends before its best epoch is on disk, and a
+                # failed save is raised here at the latest.
+                if self._best_saves is not None:
+                    self._best_saves.close()
+
+        def maybe_save_checkpoint(self, epoch, local_step=0):
+            if self._best_saves is not None and not isinstance(epoch, int):
+                # speculators' interrupt save ("interrupted"): after the background save, whose cleanup
+                # would otherwise delete it. Its error stays for run_training's close to raise.
+                self._best_saves.wait()
+            super().maybe_save_checkpoint(epoch, local_step=local_step)
 
         def train_epoch(self, epoch, **kwargs):
             super().train_epoch(epoch, **kwargs)
@@ -197,7 +227,14 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
 
         def maybe_update_best(self, epoch, val_metrics):
             before = self.best_val_loss
-            super().maybe_update_best(epoch, val_metrics)
+            if self._best_saves is None:
+                super().maybe_update_best(epoch, val_metrics)
+            else:
+                self._best_saves.raise_error()  # a failed save stops training at the next validation
+                # speculators' test (`not >=`: a NaN loss counts as there), its save handed to the writer
+                if val_metrics is not None and "loss_epoch" in val_metrics and not val_metrics["loss_epoch"] >= before:
+                    self.best_val_loss = val_metrics["loss_epoch"]
+                    self._best_saves.save(self.model, self.optimizers, self.schedulers, epoch, val_metrics)
             improved = self.best_val_loss < before
             self._stale_epochs = 0 if improved else getattr(self, "_stale_epochs", 0) + 1
             if patience and self._stale_epochs >= patience:
