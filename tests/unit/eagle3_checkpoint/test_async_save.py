@@ -116,12 +116,18 @@ def test_the_background_save_writes_what_speculators_writes(tmp_path, monkeypatc
     assert torch.equal(fresh.fc.weight, trained_on["fc.weight"].bfloat16().float())
 
 
-def test_a_later_best_replaces_the_earlier_and_the_link_moves_only_after_the_rename(tmp_path, monkeypatch):
+def first_best_saved(root: Path):
+    """(saves, model, optimizer, scheduler) once epoch 0 is saved as the best under ``root``."""
     model, optimizer, scheduler = trained()
-    root = tmp_path / "ckpt"
     saves = BestCheckpointSaves(checkpoints(root), rank=0)
     saves.save(model, [optimizer], [scheduler], 0, {"loss_epoch": 0.9})
     saves.wait()
+    return saves, model, optimizer, scheduler
+
+
+def test_a_later_best_replaces_the_earlier_and_the_link_moves_only_after_the_rename(tmp_path, monkeypatch):
+    root = tmp_path / "ckpt"
+    saves, model, optimizer, scheduler = first_best_saved(root)
     seen = []
     rename, replace = os.rename, os.replace
 
@@ -158,11 +164,8 @@ def test_a_failed_write_is_raised_at_the_next_join(tmp_path, monkeypatch):
 
 
 def test_a_crash_mid_write_leaves_the_previous_best_and_its_partial_folder_is_never_resumed(tmp_path, monkeypatch):
-    model, optimizer, scheduler = trained()
     root = tmp_path / "ckpt"
-    saves = BestCheckpointSaves(checkpoints(root), rank=0)
-    saves.save(model, [optimizer], [scheduler], 0, {"loss_epoch": 0.9})
-    saves.wait()
+    saves, model, optimizer, scheduler = first_best_saved(root)
     before = {p.name: p.read_bytes() for p in (root / "0").iterdir()}
 
     def crash(*args, **kwargs):  # the model is written; the process dies writing the optimizer state
