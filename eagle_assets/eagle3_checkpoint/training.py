@@ -254,17 +254,19 @@ def train_and_keep(
         dagster_run_id=dagster_run_id,
         online_features=online.record(plan.partitions) if online is not None else None,
     )
-    lineage = lineage_of(training, plan.data.path)
-    folder, digest, lineage_sha256 = keep_checkpoint(
-        trained.best_dir,
-        checkpoints,
-        training_run,
-        {TRAINING_FILE: training},
-        finish=lambda tmp, model_hashes: write_lineage(tmp, lineage, model_hashes, key),
-    )
-    if lineage_sha256 is None:  # this run kept these weights before: that folder's records stand
+
+    def record(tmp: Path, model_hashes) -> tuple[dict, str]:
+        # Collected only for a folder being written: it reads every upstream file's record and the instance.
+        lineage = lineage_of(training, plan.data.path)
+        return lineage, write_lineage(tmp, lineage, model_hashes, key)
+
+    extra = {TRAINING_FILE: training}
+    folder, digest, written = keep_checkpoint(trained.best_dir, checkpoints, training_run, extra, record)
+    if written is None:  # this run kept these weights before: that folder's records stand
         training, lineage, lineage_sha256 = kept_records(folder)
         log.info(f"{folder} was kept by training run {training_run!r} before; its records stay as they are")
+    else:
+        lineage, lineage_sha256 = written
     return KeptCheckpoint(folder, digest, training, lineage, lineage_sha256, trained.summary)
 
 

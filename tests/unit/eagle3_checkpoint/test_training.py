@@ -160,5 +160,6 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     again = train_and_keep(plan, BACKEND, verifier, work, checkpoints, lineage_of, logs, **rerun)
     assert (again.folder, again.digest, again.lineage_sha256) == (kept.folder, kept.digest, kept.lineage_sha256)
     assert again.training["trainer"]["dagster_run_id"] == "abc" and again.lineage["checkpoint_hash"] == weights
+    assert len(lineage_calls) == 1  # no lineage collected for a folder left as it is
     assert {p.name: p.read_bytes() for p in kept.folder.iterdir()} == files
     assert any("was kept by training run 'v1' before" in line for line in logs.infos)
