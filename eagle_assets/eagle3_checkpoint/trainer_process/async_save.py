@@ -40,7 +40,6 @@ logger = logging.getLogger("eagle_assets.eagle3_checkpoint")
 SAVE_DTYPE = torch.bfloat16
 
 _PARTIAL = re.compile(r"\.(\d+)\.partial")
-_REPLACED = re.compile(r"\.(\d+)\.replaced")
 _BEST_TMP = ".checkpoint_best.tmp"  # the new link before it is renamed over checkpoint_best
 
 
@@ -69,19 +68,13 @@ def _fsync_tree(folder: Path) -> None:
 
 def recover_interrupted_saves(root: Path) -> None:
     """Clear what a crashed save left under ``root`` (rank 0, before speculators reads the folder): unfinished
-    ``.<epoch>.partial`` folders and a half-made link are removed; an epoch moved aside to be replaced is put
-    back when its replacement never arrived."""
+    ``.<epoch>.partial`` folders and a half-made link."""
     if not root.is_dir():
         return
     for child in root.iterdir():
-        replaced = _REPLACED.fullmatch(child.name)
         if _PARTIAL.fullmatch(child.name) or child.name == _BEST_TMP:
             logger.warning("removing %s, left by an interrupted checkpoint save", child)
             _remove(child)
-        elif replaced and (root / replaced.group(1)).exists():
-            _remove(child)
-        elif replaced:  # its replacement never arrived: put it back
-            os.rename(child, root / replaced.group(1))
 
 
 class HostBuffers:
@@ -197,13 +190,12 @@ def write_best_epoch(checkpointer, raw_model, snapshot: Snapshot) -> None:
         torch.save(snapshot.scheduler_payload, checkpointer.scheduler_path(partial))
     _unwrapped(checkpointer, "save_val_metrics")(partial, snapshot.val_metrics)
     _fsync_tree(folder)
-    aside = root / f".{epoch}.replaced"
-    if final.exists() or final.is_symlink():  # never with resume: a new epoch is past every saved one
-        _remove(aside)
-        os.rename(final, aside)
+    if final.exists() or final.is_symlink():
+        # speculators resumes after its last saved epoch and saves only improved ones (--save-best): an epoch
+        # it saves again would mean another trainer shares this folder.
+        raise FileExistsError(f"{final} exists: epoch {epoch} was saved before in this trainer folder")
     os.rename(folder, final)
     _fsync_dir(root)
-    _remove(aside)
     point_best_at(checkpointer, epoch)
     _unwrapped(checkpointer, "cleanup_keep_only_best")(best_epoch=epoch)
 
