@@ -1,5 +1,5 @@
 """Checks of a checkpoint's lineage record itself, for ``lineage verify``: its sha256 beside it and in the
-instance's checkpoint materialization, its signature given the key, and the checkpoint's content hash
+instance's checkpoint materialization, its signature given the key, and the checkpoint's id
 against its folder name and training.json. Each mismatch is a :class:`Discrepancy`."""
 
 from __future__ import annotations
@@ -43,11 +43,9 @@ class Discrepancy:
         return f"{self.kind}: {self.asset} {self.path} ({self.where})" + (f": {self.detail}" if self.detail else "")
 
 
-def recorded_digest(
-    instance: dg.DagsterInstance, checkpoint_dir: Path, content_hash: str
-) -> tuple[str | None, str] | None:
+def recorded_digest(instance: dg.DagsterInstance, checkpoint_dir: Path, kept_id: str) -> tuple[str | None, str] | None:
     """(recorded lineage sha256, run id) of the latest checkpoint materialization of this folder (same
-    path, or the same content hash as data version: a copied folder), or None when there is none."""
+    path, or the same checkpoint id as data version: a copied folder), or None when there is none."""
     folder = checkpoint_dir.resolve()
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT)), limit=1000
@@ -56,14 +54,14 @@ def recorded_digest(
         entry = record.event_log_entry
         mat = entry.asset_materialization
         path = jsonable((mat.metadata or {}).get("path"))
-        same_version = bool(content_hash) and (mat.tags or {}).get(DATA_VERSION_TAG) == content_hash[:16]
+        same_version = bool(kept_id) and (mat.tags or {}).get(DATA_VERSION_TAG) == kept_id[:16]
         if same_version or (path and Path(path).resolve() == folder):
             return jsonable((mat.metadata or {}).get(LINEAGE_DIGEST_KEY)), entry.run_id
     return None
 
 
 def record_problems(
-    folder: Path, instance: dg.DagsterInstance | None, content_hash: str | None, notes: list[str]
+    folder: Path, instance: dg.DagsterInstance | None, kept_id: str | None, notes: list[str]
 ) -> tuple[list[Discrepancy], bool]:
     """The lineage record against its sha256 beside it and in the instance's materialization metadata;
     and whether the instance had a record to compare with."""
@@ -93,7 +91,7 @@ def record_problems(
         )
     if instance is None:
         return problems, False
-    found = recorded_digest(instance, folder, content_hash or "")
+    found = recorded_digest(instance, folder, kept_id or "")
     if found is None:
         notes.append(
             f"the Dagster instance has no {EAGLE3_CHECKPOINT} materialization of {folder}: "
@@ -148,12 +146,12 @@ def signature_problem(folder: Path, key: bytes) -> tuple[str, Discrepancy | None
 
 
 def checkpoint_problems(folder: Path, lineage: Mapping[str, Any], actual: str | None) -> list[Discrepancy]:
-    """The folder's content hash (``actual``, None when a model file is gone) against its name;
+    """The folder's checkpoint id (``actual``, None when a model file is gone) against its name;
     training.json against the record."""
     if actual is None:
         return []  # a weights or config file is gone: named as vanished with the checkpoint's files
     problems = []
-    # Kept folders are named by their content hash (a changed weight file is named on its own below);
+    # Kept folders are named by their checkpoint id (a changed weight file is named on its own below);
     # a user's copy under another name is fine.
     if re.fullmatch(r"[0-9a-f]{16}", folder.name) and folder.name != actual[:16]:
         problems.append(
@@ -162,7 +160,7 @@ def checkpoint_problems(folder: Path, lineage: Mapping[str, Any], actual: str | 
                 ".",
                 folder,
                 EAGLE3_CHECKPOINT,
-                f"the folder is named {folder.name} but its content hash is {actual[:16]}",
+                f"the folder is named {folder.name} but its checkpoint id is {actual[:16]}",
             )
         )
     training = read_json(folder / "training.json")

@@ -154,11 +154,11 @@ def verify_lineage(
                 tally.count(hashed)
 
     notes: list[str] = online_notes(lineage) if lineage is not None else []
-    content_hash = None  # the checkpoint id: the folder's name and its materializations' data version
+    kept_id = None  # the checkpoint id: the folder's name and its materializations' data version
     if len(model_hashes) == len(MODEL_FILES):
         training_run = read_training_record(folder).get("training_run", "")
-        content_hash = checkpoint_id(hash_of_model_files(model_hashes), training_run)
-    problems, against_instance = record_problems(folder, instance, content_hash, notes)
+        kept_id = checkpoint_id(hash_of_model_files(model_hashes), training_run)
+    problems, against_instance = record_problems(folder, instance, kept_id, notes)
     signature = "unchecked"
     if key is not None:
         signature, problem = signature_problem(folder, key)
@@ -178,7 +178,7 @@ def verify_lineage(
             raise unreadable
         problems.append(Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage", str(unreadable)))
     else:
-        problems += checkpoint_problems(folder, lineage, content_hash)
+        problems += checkpoint_problems(folder, lineage, kept_id)
         problems += [
             Discrepancy(kind, artifact["path"], where, asset, detail)
             for (where, artifact, asset, _), kind, detail in zip(entries, kinds, details)
