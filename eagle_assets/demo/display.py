@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -41,10 +41,12 @@ HEADLINES = {
 
 class StageDisplay:
     """Status lines for the stages of a run, on ``terminal``. ``redraw`` (a TTY): the running stage's line is
-    rewritten in place at most ``per_s`` times a second; otherwise only result lines are printed."""
+    rewritten in place at most ``per_s`` times a second; otherwise only result lines are printed. ``clock``
+    gives the seconds that status and result lines show."""
 
-    def __init__(self, terminal: TextIO, redraw: bool, per_s: float = 4.0):
+    def __init__(self, terminal: TextIO, redraw: bool, per_s: float = 4.0, clock: Callable[[], float] = time.monotonic):
         self.terminal = terminal
+        self.clock = clock
         self.redraw = redraw
         self.min_gap_s = 1.0 / per_s
         self.started: dict[str, float] = {}  # each stage's first status in its current run
@@ -54,7 +56,7 @@ class StageDisplay:
 
     def progress(self, stage: str, message: str) -> None:
         """The stage's latest progress ``message`` (a log line of the asset)."""
-        now = time.monotonic()
+        now = self.clock()
         if stage in self.done:  # a later run of a stage that has printed its result
             self.done.discard(stage)
             self.started.pop(stage, None)
@@ -81,7 +83,7 @@ class StageDisplay:
     def result(self, stage: str, text: str) -> None:
         """A stage's result line, with the seconds since its first status (a later run of the same stage,
         e.g. another partition's prompts, counts from its own)."""
-        now = time.monotonic()
+        now = self.clock()
         elapsed = now - self.started.get(stage, now)
         self.done.add(stage)
         self.line(f"{stage:<18} {elapsed:5.0f}s done: {text}")

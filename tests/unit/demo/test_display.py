@@ -35,13 +35,10 @@ def test_without_a_tty_only_result_lines_are_printed():
     assert terminal.getvalue() == "prompts[demo] version x: rows_kept=713\n"
 
 
-def test_a_stage_run_again_counts_its_seconds_from_its_own_first_status(monkeypatch):
-    from eagle_assets.demo import display as module
-
+def test_a_stage_run_again_counts_its_seconds_from_its_own_first_status():
     clock = iter([100.0, 101.0, 400.0, 403.0])
-    monkeypatch.setattr(module.time, "monotonic", lambda: next(clock))
     terminal = io.StringIO()
-    display = StageDisplay(terminal, redraw=False)
+    display = StageDisplay(terminal, redraw=False, clock=lambda: next(clock))
     display.progress("prompts", "prompts: 10/20")  # the dataset run's prompts
     display.result("prompts", "[demo] x: rows_kept=713")
     display.progress("prompts", "prompts: 1/48")  # the evaluation-only partition's, minutes later

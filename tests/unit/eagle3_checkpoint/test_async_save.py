@@ -17,6 +17,7 @@ from transformers import PretrainedConfig, PreTrainedModel, get_linear_schedule_
 
 from eagle_assets.eagle3_checkpoint.trainer_process import async_save
 from eagle_assets.eagle3_checkpoint.trainer_process.async_save import BestCheckpointSaves, recover_interrupted_saves
+from tests.helpers.patching import shadow
 
 FILES = {"config.json", "model.safetensors", "optimizer_state_dict.pt", "scheduler_state_dict.pt"}
 FILES |= {"val_metrics.json", "train_command.txt"}
@@ -139,8 +140,7 @@ def test_a_later_best_replaces_the_earlier_and_the_link_moves_only_after_the_ren
         seen.append(("link", sorted((root / "2").iterdir()) != [], (root / ".2.partial").exists()))
         replace(src, dst)
 
-    monkeypatch.setattr(os, "rename", watched_rename)
-    monkeypatch.setattr(os, "replace", watched_replace)
+    shadow(monkeypatch, async_save, "os", rename=watched_rename, replace=watched_replace)
     saves.save(model, [optimizer], [scheduler], 2, {"loss_epoch": 0.4})
     saves.close()
     assert seen == [("rename", "2", "0"), ("link", True, False)]
@@ -171,7 +171,7 @@ def test_a_crash_mid_write_leaves_the_previous_best_and_its_partial_folder_is_ne
     def crash(*args, **kwargs):  # the model is written; the process dies writing the optimizer state
         raise SystemExit("killed")
 
-    monkeypatch.setattr(torch, "save", crash)
+    shadow(monkeypatch, async_save, "torch", save=crash)
     saves.save(model, [optimizer], [scheduler], 1, {"loss_epoch": 0.5})
     with pytest.raises(RuntimeError, match="saving best epoch 1 failed"):
         saves.close()

@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from eagle_assets.eagle3_checkpoint.trainer_process import loader_workers
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count, keep_memory_in
+from tests.helpers.patching import shadow
 
 BUFFER_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MiB): mmap'd unless told otherwise
 
@@ -70,8 +71,8 @@ def test_loaders_without_workers_are_left_alone():
 
 
 def test_gpu_hosts_get_one_worker_per_core_left_to_each_training_process(monkeypatch):
-    monkeypatch.setattr(loader_workers.os, "sched_getaffinity", lambda pid: set(range(16)))
+    shadow(monkeypatch, loader_workers, "os", sched_getaffinity=lambda pid: set(range(16)))
     assert gpu_worker_count(1) == 15
     assert gpu_worker_count(8) == 2  # two cores per GPU: never fewer than two workers
-    monkeypatch.setattr(loader_workers.os, "sched_getaffinity", lambda pid: set(range(128)))
+    shadow(monkeypatch, loader_workers, "os", sched_getaffinity=lambda pid: set(range(128)))
     assert gpu_worker_count(8) == 15

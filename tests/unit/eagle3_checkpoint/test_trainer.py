@@ -46,16 +46,16 @@ def test_training_processes_run_with_nvlink_multicast_off_unless_told_otherwise(
     assert process_env()["NCCL_NVLS_ENABLE"] == "1"
 
 
-def test_training_processes_default_to_every_gpu_and_never_exceed_them(monkeypatch):
+def test_training_processes_default_to_every_gpu_and_never_exceed_them():
     import torch
 
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert trainer.resolve_process_count(0, on_cpu=False) == 2  # 0 = every visible GPU
-    assert trainer.resolve_process_count(2, on_cpu=False) == 2
+    assert trainer.resolve_process_count(0, on_cpu=False, visible=2) == 2  # 0 = every visible GPU
+    assert trainer.resolve_process_count(0, on_cpu=False) == torch.cuda.device_count()  # what this host shows
+    assert trainer.resolve_process_count(2, on_cpu=False, visible=2) == 2
     with pytest.raises(ValueError, match=r"num_processes=4 but this host shows 2 CUDA GPU\(s\)"):
-        trainer.resolve_process_count(4, on_cpu=False)
-    assert trainer.resolve_process_count(0, on_cpu=True) == 1
-    assert trainer.resolve_process_count(4, on_cpu=True) == 4  # gloo on CPU: any count
+        trainer.resolve_process_count(4, on_cpu=False, visible=2)
+    assert trainer.resolve_process_count(0, on_cpu=True, visible=2) == 1
+    assert trainer.resolve_process_count(4, on_cpu=True, visible=2) == 4  # gloo on CPU: any count
 
 
 def test_a_streamed_process_is_stopped_once_the_caller_has_what_it_needs(tmp_path):

@@ -16,6 +16,7 @@ from eagle_assets.plugins.transformers_backend import TRANSFORMERS_BACKEND
 from eagle_assets.plugins.transformers_extraction import bucket_batches
 from eagle_assets.plugins.vllm_backend import VLLM_BACKEND
 from eagle_assets.resources import Verifier
+from tests.helpers.patching import shadow
 
 
 def test_builtin_backends_are_registered_through_the_hook():
@@ -199,6 +200,7 @@ def test_verifier_resource_names_a_bad_model_path(tmp_path):
 def test_vllm_extraction_removes_its_temporary_scratch_when_the_engine_fails_to_start(tmp_path, monkeypatch):
     """No scratch_dir given: the backend's temporary folder goes even though the engine never exits."""
     import dataclasses
+    import functools
     import tempfile
 
     from eagle_assets.plugins import vllm_backend
@@ -215,7 +217,8 @@ def test_vllm_extraction_removes_its_temporary_scratch_when_the_engine_fails_to_
             raise AssertionError("exited an engine that never started")
 
     monkeypatch.setattr(vllm_backend, "HiddenStatesEngine", EngineThatFailsToStart)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    temporary = functools.partial(tempfile.TemporaryDirectory, dir=tmp_path)
+    shadow(monkeypatch, vllm_backend, "tempfile", TemporaryDirectory=temporary)
     backend = dataclasses.replace(VLLM_BACKEND, tensor_parallel_size=1)
     monkeypatch.setattr(type(backend), "hidden_size", lambda self, model_path: 8)
     with pytest.raises(RuntimeError, match="engine failed to start"):
