@@ -64,13 +64,13 @@ def _error_message(body: bytes) -> str:
     return body[:500].decode(errors="replace")
 
 
-def _backoff_s(retry: int, retry_after: str | None) -> float:
+def _backoff_s(retry: int, retry_after: str | None, initial_s: float = INITIAL_BACKOFF_S) -> float:
     if retry_after:
         try:
             return min(max(float(retry_after), 0.0), 60.0)
         except ValueError:
             pass
-    return min(INITIAL_BACKOFF_S * 2**retry, MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+    return min(initial_s * 2**retry, MAX_BACKOFF_S) * (1 - 0.25 * random.random())
 
 
 class ChatPoster:
@@ -85,9 +85,10 @@ class ChatPoster:
         headers: dict[str, str],
         tls: ssl.SSLContext,
         transport: httpx.AsyncBaseTransport | None = None,
+        backoff_s: float = INITIAL_BACKOFF_S,
     ):
         self.url = f"{base_url}/chat/completions"
-        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
         self.attempts = 0
         self._tls, self._connections, self._transport = tls, connections, transport
@@ -112,11 +113,11 @@ class ChatPoster:
                     return reply.body
                 if not _retryable(reply.status) or last:
                     raise HTTPStatusError(reply.status, _error_message(reply.body))
-                await asyncio.sleep(_backoff_s(retry, reply.retry_after))
+                await asyncio.sleep(_backoff_s(retry, reply.retry_after, self.backoff_s))
                 continue
             if last:
                 raise failure
-            await asyncio.sleep(_backoff_s(retry, None))
+            await asyncio.sleep(_backoff_s(retry, None, self.backoff_s))
         raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
 
     async def _send(self, data: bytes) -> _Reply:

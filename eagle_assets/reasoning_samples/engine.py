@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from eagle_assets.reasoning_samples.chat_http import ChatPoster, HTTPStatusError, NoAnswer
+from eagle_assets.reasoning_samples.chat_http import INITIAL_BACKOFF_S, ChatPoster, HTTPStatusError, NoAnswer
 from eagle_assets.reasoning_samples.parsing import THINK_CLOSE, THINK_OPEN, MalformedResponse, parse_completion
 from eagle_assets.reasoning_samples.progress import Progress
 from eagle_assets.reasoning_samples.quality import ThinkMarkers
@@ -35,6 +35,8 @@ class ClientSettings:
     concurrency: int = 200
     request_timeout_s: float = 1800.0
     max_retries: int = 4
+    # The first retry's wait, doubled at each further retry (up to 8 s) unless the server says Retry-After.
+    retry_backoff_s: float = INITIAL_BACKOFF_S
     # This many consecutive connection failures or timeouts (after retries) end the run early.
     max_consecutive_failures: int = 32
     api_key: str | None = None
@@ -153,6 +155,7 @@ class CaptureEngine:
             self._headers(),
             self._verify(),
             transport=self._transport,
+            backoff_s=self.settings.retry_backoff_s,
         )
         self._posters.append(poster)
         return poster

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
@@ -17,7 +13,6 @@ from eagle_assets.core.files import file_sha256
 from eagle_assets.hidden_states.files import (
     INDEX_SCHEMA,
     SCALES_KEY,
-    check_sample,
     content_id,
     dequantized,
     load_sample,
@@ -31,8 +26,6 @@ from tests.helpers.features import (
     verifier_for,
     write_token_sequences,
 )
-from tests.helpers.processes import kill_group
-from tests.helpers.upstream import PARTITION
 
 
 def close_to_forward(stored: dict, expected: torch.Tensor) -> None:
@@ -155,60 +148,6 @@ def test_files_match_rows_check_catches_a_changed_file(storage_root, quick_tiny_
     assert not check.passed and check.metadata["problems"].value == 1
     assert "changed since it was indexed" in check.metadata["examples"].value
     assert check.description.startswith("1 of 3 sampled files") and "delete the files" in check.description
-
-
-KILLED_RUN = """
-import sys
-import dagster as dg
-from eagle_assets.hidden_states import asset as hidden_states
-from eagle_assets.orchestration.partitions import source_partitions
-from eagle_assets.resources import StorageRoot, Verifier
-dg.materialize(hidden_states.build(source_partitions())["assets"], partition_key=sys.argv[3],
-               resources={"storage": StorageRoot(root=sys.argv[1]),
-                          "verifier": Verifier(model_path=sys.argv[2], device="cpu", batch_tokens=256)})
-"""
-
-
-def test_resume_after_kill_leaves_no_corrupt_file(storage_root, quick_tiny_verifier, tmp_path):
-    sequences = write_token_sequences(storage_root, quick_tiny_verifier, prompts=60, steps=40)
-    tensors = folder(storage_root) / "tensors"
-    log = tmp_path / "killed-run.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_RUN, storage_root.root, str(quick_tiny_verifier), PARTITION],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 300
-        # Kill once files appear, preferably while one is half-written (a temporary exists).
-        while time.monotonic() < deadline and proc.poll() is None:
-            names = [p.name for p in tensors.iterdir()] if tensors.exists() else []
-            finished = sum(n.endswith(".safetensors") for n in names)
-            if finished and (any(n.endswith(".tmp") for n in names) or finished >= 5):
-                break
-            time.sleep(0.002)
-    finally:
-        kill_group(proc)
-    assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill: {log.read_text()[-3000:]}"
-    finished = sorted(tensors.glob("*.safetensors"))
-    distinct = len(set(map(tuple, sequences["input_ids"].to_pylist())))
-    assert 0 < len(finished) < distinct
-    by_tokens = {tuple(ids) for ids in sequences["input_ids"].to_pylist()}
-    for path in finished:  # everything under a final name is whole and valid
-        sample = load_sample(path)
-        assert tuple(sample["token_ids"].tolist()) in by_tokens
-        check_sample(sample["hidden_states"], sample["token_ids"], 4, sample["hidden_states"].shape[-1], path.name)
-    before = {p.name: p.stat().st_mtime_ns for p in finished}
-
-    result = materialize_hidden_states(storage_root, verifier_for(quick_tiny_verifier, batch_tokens=256))
-    assert result.success
-    meta = metadata(result)
-    assert meta["files_reused"] == len(finished) and meta["files_written"] == distinct - len(finished)
-    assert not list(tensors.glob(".*.tmp"))  # the killed run's half-written temporary is gone
-    assert {p.name: p.stat().st_mtime_ns for p in finished} == before  # finished files were not rewritten
-    for row in pq.read_table(index_path(storage_root)).to_pylist():
-        assert file_sha256(folder(storage_root) / row["file"]) == row["sha256"]
 
 
 def test_disk_budget_fails_fast_with_the_numbers(storage_root, quick_tiny_verifier):

@@ -65,7 +65,7 @@ def run_engine(script, n=4, urls=("http://a/v1",), **settings):
     engine = CaptureEngine(
         list(urls),
         Sampling(max_tokens=16, chat_template_kwargs={"enable_thinking": True}),
-        ClientSettings(**{"concurrency": 4, "max_retries": 3, **settings}),
+        ClientSettings(**{"concurrency": 4, "max_retries": 3, "retry_backoff_s": 0.01, **settings}),
         transport=httpx.MockTransport(server),
     )
     rows: list[dict] = []
