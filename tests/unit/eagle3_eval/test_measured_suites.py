@@ -141,7 +141,7 @@ def test_a_server_without_per_request_statistics_is_measured_by_its_counters_and
     assert not check.passed and "--per-request-spec-decode-metrics detailed" in check.description
 
 
-def test_the_k_sweep_starts_a_server_per_k_and_reuses_the_evaluations_own(tmp_path, monkeypatch):
+def test_the_k_sweep_starts_a_server_per_k_and_reuses_the_evaluations_own(tmp_path):
     """A managed server: each K of the sweep is served apart (the evaluation's own K is its server), the
     held-out baseline and the sweep's run without the draft share one server; best K by tokens/s."""
     import contextlib
@@ -150,20 +150,20 @@ def test_the_k_sweep_starts_a_server_per_k_and_reuses_the_evaluations_own(tmp_pa
 
     started = []
 
-    @contextlib.contextmanager
-    def serve(self, log=None):
-        spec = next((json.loads(a) for a in self.extra_args if a.startswith("{")), None)
-        k = spec["num_speculative_tokens"] if spec else 0
-        started.append(k)
-        with ScriptedVLLM(spec["model"] if spec else "", k=k) as server:
-            yield [server.url]
+    class ScriptedServers(VLLMServer):
+        @contextlib.contextmanager
+        def serve(self, log=None):
+            spec = next((json.loads(a) for a in self.extra_args if a.startswith("{")), None)
+            k = spec["num_speculative_tokens"] if spec else 0
+            started.append(k)
+            with ScriptedVLLM(spec["model"] if spec else "", k=k) as server:
+                yield [server.url]
 
-    monkeypatch.setattr(VLLMServer, "serve", serve)
     checkpoint = tmp_path / "0123abcd"
     evaluation = evaluate(
         checkpoint,
         requests("a", "b", "c"),
-        VLLMServer(model="/verifier", port=8000),
+        ScriptedServers(model="/verifier", port=8000),
         None,
         num_speculative_tokens=3,
         max_tokens=32,

@@ -60,11 +60,17 @@ def test_another_hosts_servers_are_listed_but_never_probed_stopped_or_forgotten(
     assert live_server.poll() is None and busy.exists() and gone.exists() and marker.exists()
 
 
+class FakeVLLMServer(VLLMServer):
+    """Launches a process that only looks like vLLM (it never answers)."""
+
+    def command(self, model: str) -> list[str]:
+        return FAKE_VLLM
+
+
 def test_hosts_sharing_a_state_dir_keep_their_own_state_on_the_same_port(tmp_path, monkeypatch):
     """Two machines, one state folder (NFS), one port: a serve() here must neither take over nor, as its
     last user, remove the state of the server the other machine launched."""
-    monkeypatch.setattr(VLLMServer, "command", lambda self, model: FAKE_VLLM)
-    server = VLLMServer(
+    server = FakeVLLMServer(
         model="/models/m", port=free_port(), state_dir=str(tmp_path), startup_timeout_s=1, stop_grace_s=5
     )
     with monkeypatch.context() as elsewhere:
