@@ -76,8 +76,8 @@ def test_a_port_taken_by_another_process_is_a_clear_error(tmp_path):
 
 def test_external_mode_names_the_unreachable_url_after_its_timeout():
     url = f"http://127.0.0.1:{free_port()}/v1"
-    server = VLLMServer(mode="external", base_urls=[url], startup_timeout_s=2)
-    with pytest.raises(VLLMServerError, match=f"not ready after 2s .*{url}"), server.serve(log=Lines()):
+    server = VLLMServer(mode="external", base_urls=[url], startup_timeout_s=0.5)
+    with pytest.raises(VLLMServerError, match=f"not ready after 0.5s .*{url}"), server.serve(log=Lines()):
         pass
 
 
