@@ -166,11 +166,11 @@ def vllm_extraction_killed_then_resumed(base: Path, tiny_verifier, started: list
     import signal
     import subprocess
     import sys
-    import time
 
     from eagle_assets.hidden_states.files import check_sample, load_sample
     from eagle_assets.resources import StorageRoot
     from tests.helpers.processes import kill_group
+    from tests.helpers.runs import wait_until
 
     storage = StorageRoot(root=str(base / "data"))
     sequences = write_token_sequences(storage, tiny_verifier, prompts=40, steps=30)
@@ -185,11 +185,14 @@ def vllm_extraction_killed_then_resumed(base: Path, tiny_verifier, started: list
         )
     started.append(proc)
     try:
-        deadline = time.monotonic() + ENGINE_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            if tensors.exists() and len(list(tensors.glob("*.safetensors"))) >= 3:
-                break
-            time.sleep(0.005)
+        wait_until(
+            lambda: tensors.exists() and len(list(tensors.glob("*.safetensors"))) >= 3,
+            ENGINE_TIMEOUT_S,
+            "the first hidden-state files",
+            proc,
+            log,
+            poll_s=0.005,
+        )
     finally:
         kill_group(proc)
     assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill: {log.read_text()[-3000:]}"

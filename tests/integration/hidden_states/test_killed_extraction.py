@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import pyarrow.parquet as pq
 
@@ -22,6 +21,7 @@ from tests.helpers.features import (
     write_token_sequences,
 )
 from tests.helpers.processes import kill_group
+from tests.helpers.runs import wait_until
 from tests.helpers.upstream import PARTITION
 
 KILLED_RUN = """
@@ -46,15 +46,15 @@ def test_resume_after_kill_leaves_no_corrupt_file(storage_root, tiny_verifier, t
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+    def files_appeared() -> bool:
+        """Files in place, preferably while one is half-written (a temporary exists)."""
+        names = [p.name for p in tensors.iterdir()] if tensors.exists() else []
+        finished = sum(n.endswith(".safetensors") for n in names)
+        return finished > 0 and (any(n.endswith(".tmp") for n in names) or finished >= 5)
+
     try:
-        deadline = time.monotonic() + 300
-        # Kill once files appear, preferably while one is half-written (a temporary exists).
-        while time.monotonic() < deadline and proc.poll() is None:
-            names = [p.name for p in tensors.iterdir()] if tensors.exists() else []
-            finished = sum(n.endswith(".safetensors") for n in names)
-            if finished and (any(n.endswith(".tmp") for n in names) or finished >= 5):
-                break
-            time.sleep(0.002)
+        wait_until(files_appeared, 300, "the first hidden-state files", proc, log, poll_s=0.002)
     finally:
         kill_group(proc)
     assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill: {log.read_text()[-3000:]}"
