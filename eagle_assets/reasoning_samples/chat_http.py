@@ -64,7 +64,7 @@ def _error_message(body: bytes) -> str:
     return body[:500].decode(errors="replace")
 
 
-def _backoff_s(retry: int, retry_after: str | None, initial_s: float = INITIAL_BACKOFF_S) -> float:
+def _backoff_s(retry: int, retry_after: str | None, initial_s: float) -> float:
     if retry_after:
         try:
             return min(max(float(retry_after), 0.0), 60.0)
