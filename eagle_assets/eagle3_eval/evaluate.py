@@ -127,7 +127,8 @@ def checkpoint_layer_ids(checkpoint: Path, verifier_path: Path) -> list[int]:
 
 
 def greedy_samples(rows: Sequence[dict], verifier: Verifier, layer_ids: list[int]) -> list[GreedySample]:
-    """The verifier's hidden states for its own greedy sequences, through the verifier backend."""
+    """The verifier's hidden states for its own greedy sequences, through the verifier backend and its engine
+    as the resource configures it for the ``hidden_states`` asset (an embedded verifier's eager engine too)."""
     sequences = [(i, [*row["prompt_token_ids"], *row["token_ids"]]) for i, row in enumerate(rows)]
     states: dict[int, object] = {}
 
@@ -140,6 +141,7 @@ def greedy_samples(rows: Sequence[dict], verifier: Verifier, layer_ids: list[int
         device=verifier.device,
         dtype=verifier.dtype,
         batch_tokens=verifier.batch_tokens,
+        engine_args=verifier.resolved_engine_args(),
     )
     verifier.get_backend().extract(verifier.resolved_model_path(), request, sink)
     return [GreedySample(ids, states[i], len(rows[i]["prompt_token_ids"])) for i, ids in sequences]

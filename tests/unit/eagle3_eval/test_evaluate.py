@@ -35,6 +35,40 @@ def test_speculative_server_adds_the_draft_and_keeps_every_other_setting():
         speculative_server(spec, Path("/ckpt/other"), 3)
 
 
+def test_the_simulated_acceptance_reads_the_verifier_through_its_configured_engine(tmp_path):
+    """greedy_samples asks the backend with the resource's engine arguments (what the hidden_states asset
+    passes), and hands each greedy sequence its states and prompt length."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eagle_assets.eagle3_eval.evaluate import greedy_samples
+    from eagle_assets.resources import Verifier
+
+    asked = []
+
+    class Recording:
+        def extract(self, model_path, request, sink):
+            asked.append((model_path, request))
+            for key, ids in request.sequences:
+                sink(SimpleNamespace(key=key, hidden_states=torch.full((len(ids), 2, 4), float(key))))
+
+    class RecordingVerifier(Verifier):
+        def get_backend(self):
+            return Recording()
+
+    (tmp_path / "config.json").write_text("{}")
+    verifier = RecordingVerifier(model_path=str(tmp_path), engine_args={"gpu_memory_utilization": 0.5}, batch_tokens=64)
+    rows = [{"prompt_token_ids": [1, 2], "token_ids": [3]}, {"prompt_token_ids": [4], "token_ids": [5, 6]}]
+    samples = greedy_samples(rows, verifier, [1, 2])
+    [(model_path, request)] = asked
+    assert model_path == tmp_path and request.engine_args == {"gpu_memory_utilization": 0.5}
+    assert (request.layer_ids, request.batch_tokens) == ([1, 2], 64)
+    assert [s.token_ids for s in samples] == [[1, 2, 3], [4, 5, 6]]
+    assert [s.completion_start for s in samples] == [2, 1]
+    assert [float(s.hidden_states[0, 0, 0]) for s in samples] == [0.0, 1.0]
+
+
 # ---------------------------------------------------------------------------- which prompts are sent
 def test_no_heldout_prompt_left_is_a_clear_error_naming_the_fix(tmp_path):
     """Every held-out problem trained on (prompts re-split after training), or no heldout rows at all:
