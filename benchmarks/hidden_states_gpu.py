@@ -33,7 +33,6 @@ median forward tok/s.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -49,20 +48,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _import_project() -> None:
-    """Run from a plain checkout too (the GPU host has no `pip install -e .`): map ``plugins/`` to
-    ``eagle_assets.plugins`` the way pyproject's package-dir does."""
-    sys.path.insert(0, str(ROOT))
-    if importlib.util.find_spec("eagle_assets.plugins") is None:
-        spec = importlib.util.spec_from_file_location(
-            "eagle_assets.plugins", ROOT / "plugins" / "__init__.py", submodule_search_locations=[str(ROOT / "plugins")]
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["eagle_assets.plugins"] = module
-        spec.loader.exec_module(module)
+sys.path.insert(0, str(ROOT))
+from benchmarks.checkout import import_project  # noqa: E402
 
-
-_import_project()
+import_project()
 
 from benchmarks.draft_shapes import verifier_config  # noqa: E402
 from benchmarks.extraction_paths import (  # noqa: E402
