@@ -84,6 +84,9 @@ def speculators_flags(
         loss = "eager" if on_cpu else "fused"
     if on_cpu and loss == "fused":
         raise ValueError("loss_implementation 'fused' is a GPU (Triton) kernel: use 'eager' or 'auto' on CPU")
+    compute_dtype = settings.compute_dtype
+    if compute_dtype == "auto":
+        compute_dtype = "float32" if on_cpu else "bfloat16"
     flags = {
         "speculator_type": "eagle3",
         "verifier_name_or_path": verifier_path,
@@ -110,6 +113,7 @@ def speculators_flags(
         "log_freq": settings.log_every_steps,
         # The hs-connectors reader for the features' storage dtype ("fp8" dequantizes on load): no conversion.
         "hidden_states_backend": TRAINER_BACKENDS[data.manifest.dtype],
+        "hidden_states_dtype": compute_dtype,
     }
     workers = settings.dataloader_workers
     if workers is None:

@@ -19,7 +19,8 @@ other processes spin at every barrier, and a small draft's matrices gain nothing
 
 (1), (2), (5) and (6) are patched here, in the training process only, and only when CUDA is absent.
 (3) and (4) are ordinary speculators flags that :mod:`~eagle_assets.eagle3_checkpoint.trainer` passes
-(``attention_impl: auto`` resolves to ``sdpa`` on CPU, ``loss_implementation: auto`` to ``eager``). On a GPU
+(``attention_impl: auto`` resolves to ``sdpa`` on CPU, ``loss_implementation: auto`` to ``eager``;
+``compute_dtype: auto`` computes in float32 there, faster than bf16 on CPUs). On a GPU
 host nothing here runs and speculators trains unchanged.
 """
 
