@@ -58,7 +58,7 @@ from eagle_assets.resources import StorageRoot, Verifier
 # prompts: its current table says which rows are train and which validation (eagle_assets.prompts.splits).
 UPSTREAM = (PROMPTS, TOKEN_SEQUENCES, HIDDEN_STATES)
 # Bump when the same inputs and settings would train a different checkpoint.
-CODE_VERSION = "eagle3_checkpoint-4"
+CODE_VERSION = "eagle3_checkpoint-5"
 # First-proposal validation accuracy a draft must reach. EAGLE-3 drafts of production verifiers sit
 # around 0.7-0.8; the demo's tiny-verifier draft reaches 0.94 (see DEMO_OPS), random features ~0.01.
 MIN_VAL_ACCURACY = 0.5

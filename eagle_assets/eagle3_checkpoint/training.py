@@ -198,6 +198,7 @@ def training_record(
             "supervised_tokens": data.num_supervised_tokens,
             "skipped_without_hidden_states": data.skipped_without_hidden_states,
             "skipped_unsupervised": data.skipped_unsupervised,
+            "upstream_versions": data.upstream_versions,
         },
         "vocab": {
             "size": vocab.size,

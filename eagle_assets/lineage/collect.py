@@ -102,6 +102,19 @@ def provenance_links(dagster_records: Mapping[str, Mapping[str, dict | None]]) -
     return links
 
 
+def changed_while_training(trained_on: Mapping[str, Mapping[str, str | None]], versions: Mapping) -> list[dict]:
+    """Each upstream asset partition whose version on disk is no longer the one the training rows were read
+    from (``training.json``'s ``data.upstream_versions``): re-materialized while the checkpoint trained, so
+    the files this record lists are not the ones it trained on."""
+    found = []
+    for asset, by_partition in trained_on.items():
+        for partition, version in by_partition.items():
+            on_disk = versions.get(asset, {}).get(partition)
+            if on_disk != version:
+                found.append({"asset": asset, "partition": partition, "trained_on": version, "on_disk": on_disk})
+    return found
+
+
 def _file_hash_or_none(path: Path) -> str | None:
     return file_sha256(path)[:16] if path.is_file() else None
 
@@ -252,6 +265,9 @@ def collect_lineage(
         "dagster": dagster,
         "versions": versions,
         "links": provenance_links(dagster),
+        "changed_while_training": changed_while_training(
+            ((training or {}).get("data") or {}).get("upstream_versions") or {}, versions
+        ),
         "artifacts": artifacts,
     }
 

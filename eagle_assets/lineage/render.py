@@ -54,6 +54,7 @@ def lineage_table(lineage: Mapping[str, Any]) -> str:
             f"`{link['consumed'][:16]}`, but the files on disk are `{link['on_disk']}`"
             for link in stale
         ),
+        *(f"**not trained on:** {changed_line(c)}" for c in lineage.get("changed_while_training", [])),
     ]
     return "\n".join(rows).rstrip()
 
@@ -62,6 +63,15 @@ def _one(values: list | None) -> Any:
     if not values:
         return None
     return values[0] if len(values) == 1 else values
+
+
+def changed_line(changed: dict) -> str:
+    """One upstream asset partition re-materialized while the checkpoint trained (``changed_while_training``)."""
+    return (
+        f"{changed['asset']}[{changed['partition']}] was re-materialized while the checkpoint trained: it trained "
+        f"on version {changed['trained_on']}, this record lists version {changed['on_disk']}'s files; materialize "
+        "eagle3_checkpoint again for a record of what it trains on"
+    )
 
 
 def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None = None) -> list[str]:
@@ -119,6 +129,7 @@ def summary_lines(lineage: Mapping[str, Any], checkpoint_dir: str | Path | None 
             f"  ! {link['asset']}[{link['partition']}] consumed {link['input']} {link['consumed'][:16]}, "
             f"but the files on disk are version {link['on_disk']}: re-materialized since"
         )
+    lines += [f"  ! {changed_line(c)}" for c in lineage.get("changed_while_training", [])]
     training = lineage.get("training", {})
     versions = training.get("versions", {})
     settings = training.get("settings", {})

@@ -49,6 +49,7 @@ from eagle_assets.lineage.record_checks import (
     record_problems,
     signature_problem,
 )
+from eagle_assets.lineage.render import changed_line
 
 FULL, QUICK = "full", "quick"
 DEFAULT_SAMPLE = 32
@@ -179,6 +180,16 @@ def verify_lineage(
         problems.append(Discrepancy("changed", LINEAGE_FILE, folder / LINEAGE_FILE, "lineage", str(unreadable)))
     else:
         problems += checkpoint_problems(folder, lineage, kept_id)
+        problems += [
+            Discrepancy(
+                "superseded",
+                f"{c['asset']}/{c['partition']}",
+                base / c["asset"] / c["partition"],
+                c["asset"],
+                changed_line(c),
+            )
+            for c in lineage.get("changed_while_training", [])
+        ]
         problems += [
             Discrepancy(kind, artifact["path"], where, asset, detail)
             for (where, artifact, asset, _), kind, detail in zip(entries, kinds, details)

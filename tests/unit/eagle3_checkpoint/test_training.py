@@ -134,6 +134,7 @@ def test_the_kept_checkpoint_holds_its_training_record_and_lineage(random_featur
     assert kept.training == expected and lineage_calls == [(expected, plan.data.path)]
     assert expected["trainer"] == {"folder": str(tmp_path / "trainer"), "dagster_run_id": "abc"}
     assert expected["data"]["partitions"] == PARTITIONS and expected["metrics"] == summary == kept.summary
+    assert expected["data"]["upstream_versions"] == plan.data.upstream_versions != {}
     assert expected["verifier"]["identity"] == BACKEND.identity(verifier) and expected["recipe"] == {"epochs": 5}
 
     weights = hash_of_model_files(model_file_hashes(best))

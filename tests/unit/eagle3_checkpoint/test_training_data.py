@@ -15,6 +15,7 @@ from eagle_assets.core.files import write_parquet
 from eagle_assets.core.layout import index_file, sequences_file
 from eagle_assets.eagle3_checkpoint.feature_manifest import TrainingDataError
 from eagle_assets.eagle3_checkpoint.training_data import build_training_data
+from eagle_assets.lineage.artifacts import stored_versions
 from tests.helpers.features import HIDDEN, PARTITIONS, copy_storage
 
 
@@ -24,6 +25,9 @@ def test_training_folder_links_tensors_and_speculators_reads_it(random_features,
     root, _ = random_features
     data = build_training_data(root, PARTITIONS, tmp_path / "work")
     assert data.num_rows == 24 and data.manifest.aux_layer_ids == [1, 2, 3]
+    # The versions the rows were read from, for the lineage to name (not whatever is current by then).
+    assert data.upstream_versions == stored_versions(root, PARTITIONS)
+    assert all(data.upstream_versions[asset][p] for asset in ("token_sequences", "hidden_states") for p in PARTITIONS)
     links = sorted((data.path / "hidden_states").iterdir())
     assert len(links) == 24
     for link in links:

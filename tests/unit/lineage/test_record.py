@@ -4,6 +4,7 @@ an upstream re-materialized after it was used."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 from safetensors.torch import save_file
@@ -14,6 +15,7 @@ from eagle_assets.cli import app
 from eagle_assets.core.files import checkpoint_hash, checkpoint_id, file_sha256
 from eagle_assets.core.layout import LINEAGE_DIGEST_FILE, LINEAGE_FILE
 from eagle_assets.eagle3_checkpoint.saved import keep_checkpoint
+from eagle_assets.lineage.artifacts import stored_versions
 from eagle_assets.lineage.collect import collect_lineage
 from eagle_assets.lineage.record import write_lineage
 from eagle_assets.lineage.render import summary_lines
@@ -78,8 +80,25 @@ def test_an_upstream_rematerialized_after_use_is_flagged(quick_tiny_verifier, tm
             assert result.success
 
         run(["prompts", "reasoning_samples"], 4)
+        trained_on = stored_versions(Path(storage.root), [PARTITION])  # as a training would have read them
         run(["prompts"], 5)  # new prompts on disk; the samples were made from the old ones
         lineage = collect_lineage(instance, storage.root, [PARTITION])
+        while_training = collect_lineage(
+            instance, storage.root, [PARTITION], training={"data": {"upstream_versions": trained_on}}
+        )
     [link] = [link for link in lineage["links"] if link["input"] == "prompts"]
     assert link["asset"] == "reasoning_samples" and not link["consistent"]
     assert any(line.strip().startswith("! reasoning_samples[demo] consumed prompts") for line in summary_lines(lineage))
+    # Re-materialized while a checkpoint trained on the old version: its record says so.
+    assert lineage["changed_while_training"] == []
+    assert while_training["changed_while_training"] == [
+        {
+            "asset": "prompts",
+            "partition": PARTITION,
+            "trained_on": trained_on["prompts"][PARTITION],
+            "on_disk": while_training["versions"]["prompts"][PARTITION],
+        }
+    ]
+    assert trained_on["prompts"][PARTITION] != while_training["versions"]["prompts"][PARTITION]
+    flagged = "! prompts[demo] was re-materialized while the checkpoint trained"
+    assert any(line.strip().startswith(flagged) for line in summary_lines(while_training))

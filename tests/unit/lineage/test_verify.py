@@ -45,6 +45,7 @@ def make_checkpoint(
     key: bytes | None = None,
     unsized: tuple[int, ...] = (),
     hidden_states: dict | None = None,
+    changed_while_training: list | None = None,
 ) -> Path:
     """Hidden-state-like files of decreasing size (so the pool finishes them out of order), a folder of
     links, and a kept checkpoint whose lineage records them all; ``unsized``: files recorded without a size;
@@ -68,6 +69,7 @@ def make_checkpoint(
     lineage = {name: {} for name in REQUIRED_KEYS} | {"storage_root": str(root), "artifacts": artifacts}
     lineage["training"] = {"seed": 0, "training_run": "demo"}
     lineage["hidden_states"] = hidden_states or {}
+    lineage["changed_while_training"] = changed_while_training or []
     folder, _, _ = keep_checkpoint(
         best,
         root / EAGLE3_CHECKPOINT,
@@ -262,6 +264,17 @@ def test_features_computed_online_are_named_as_never_stored(tmp_path):
     assert note.startswith("hidden_states[demo]: features computed online while training and never stored (23 rows")
     assert "token_sequences 0123456789abcdef, are checked" in note and "none was stored" in note
     assert verify_lineage(make_checkpoint(tmp_path / "stored")).notes == []
+
+
+def test_a_record_of_files_the_checkpoint_did_not_train_on_fails_naming_both_versions(tmp_path):
+    """An upstream re-materialized while the checkpoint trained: every file the record lists is intact (the
+    newer version's), yet verify fails, naming the partition, the version trained on and the one recorded."""
+    changed = [{"asset": "token_sequences", "partition": "demo", "trained_on": "aaaa", "on_disk": "bbbb"}]
+    result = verify_lineage(make_checkpoint(tmp_path / "data", changed_while_training=changed))
+    [problem] = result.problems
+    assert problem.kind == "superseded" and problem.asset == "token_sequences"
+    assert "token_sequences[demo] was re-materialized while the checkpoint trained" in str(problem)
+    assert "trained on version aaaa, this record lists version bbbb's files" in str(problem)
 
 
 def test_two_runs_that_train_identical_weights_keep_their_own_records_and_both_verify(tmp_path):
