@@ -34,9 +34,9 @@ import_project()
 
 import torch  # noqa: E402
 
+from benchmarks.extraction_paths import DeletingWriter  # noqa: E402
 from benchmarks.spread import spread  # noqa: E402
 from eagle_assets.core.layout import BF16, FP8  # noqa: E402
-from eagle_assets.hidden_states.files import SampleWriter  # noqa: E402
 from eagle_assets.plugins.transformers_extraction import WRITER_THREADS  # noqa: E402
 
 LAYERS, HIDDEN = 4, 4096
@@ -68,16 +68,6 @@ def quantized(samples: list[Sample]) -> list[Sample]:
     return [Sample(s.key, states, s.token_ids, scales) for s, (states, scales) in zip(samples, pairs, strict=True)]
 
 
-def sink_writer(folder: Path, dtype: str):
-    writer = SampleWriter(folder, LAYERS, HIDDEN, dtype)
-
-    def write(sample: Sample) -> None:
-        writer(sample)
-        (folder / writer.written[sample.key].file).unlink()
-
-    return write
-
-
 def save_writer(folder: Path, fsync: bool):
     from safetensors.torch import save_file
 
@@ -107,8 +97,8 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="extraction_writes.", dir=args.folder))
     (folder / "tensors").mkdir()
     paths = {
-        "sink": lambda: sink_writer(folder, BF16),
-        "sink-fp8": lambda: sink_writer(folder, FP8),
+        "sink": lambda: DeletingWriter(folder, LAYERS, HIDDEN, BF16),
+        "sink-fp8": lambda: DeletingWriter(folder, LAYERS, HIDDEN, FP8),
         "save": lambda: save_writer(folder / "tensors", fsync=False),
         "save-fsync": lambda: save_writer(folder / "tensors", fsync=True),
     }
@@ -129,8 +119,8 @@ def main() -> None:
             rates[name].append(tokens / (time.perf_counter() - started))
             print(f"repeat {repeat + 1} {name}: {rates[name][-1]:.0f} tok/s", flush=True)
     for name in names:
-        gbs = median(rates[name]) * LAYERS * HIDDEN * (1 if name == "sink-fp8" else 2) / 1e9
         rate = median(rates[name])
+        gbs = rate * LAYERS * HIDDEN * (1 if name == "sink-fp8" else 2) / 1e9
         print(f"{name}: median {rate:.0f} tok/s (~{gbs:.2f} GB/s of states), spread {spread(rates[name]):.1%}")
     print(
         "result writes " + " ".join(f"{name.replace('-', '_')}_tok_s={median(rates[name]):.0f}" for name in names),

@@ -30,6 +30,7 @@ from eagle_assets.core.layout import (
     EAGLE3_CHECKPOINT,
     LINEAGE_FILE,
     MODEL_FILES,
+    asset_folder,
     read_training_record,
 )
 from eagle_assets.lineage.hashing import (
@@ -184,7 +185,7 @@ def verify_lineage(
             Discrepancy(
                 "superseded",
                 f"{c['asset']}/{c['partition']}",
-                base / c["asset"] / c["partition"],
+                asset_folder(base, c["asset"], c["partition"]),
                 c["asset"],
                 changed_line(c),
             )
