@@ -135,8 +135,9 @@ SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3", "float32":
 
 
 def write_safetensors(path: Path, tensors: dict) -> str:
-    """Write ``tensors`` as the safetensors file ``safetensors.torch.save_file`` writes, byte for byte (data
-    ordered by element size, largest first, then by name; the JSON header padded with spaces to 8 bytes),
+    """Write ``tensors`` as the safetensors file ``safetensors.torch.save_file`` writes, byte for byte (for the
+    dtypes below its order is by element size, largest first, then by name; the JSON header is padded with
+    spaces to 8 bytes),
     and return its sha256, hashed from memory as each piece is written: no second pass over the file, which
     made the sink's CPU time per 6-8K-token sample about 30 % higher (``benchmarks/extraction_writes.py``).
     Writing and hashing release the GIL."""
