@@ -7,17 +7,15 @@ Samples of random bf16 states [seq, 4, 4096] (the 8B preset's three aux layers +
 ``hidden_states_gpu.py`` captures) are made once in host memory; then ``--threads`` threads (the
 extractor's writer-thread count) hand them to the sink, in rotating order per repeat:
 
-- ``sink``: the asset's writer (checks, the safetensors file hashed as it is written, fsync, atomic rename), bf16;
+- ``sink``: the asset's writer (checks, safetensors, sha256 read back, fsync, atomic rename), bf16;
 - ``sink-fp8``: the same writer storing fp8 states quantized before timing (the extractor quantizes on the GPU);
-- ``sink-readback``: the same checks and file through ``safetensors.torch.save_file``, then the sha256 read
-  back from the file (the writer before it hashed while writing): the baseline of ``sink``;
 - ``save``: ``safetensors.torch.save_file`` alone (page cache, no hash, no fsync);
 - ``save-fsync``: ``save_file`` + fsync: what the disk takes once the data must be on it.
 
 Every file is deleted after it is written (the disk never fills). The rates bound extraction from above:
 when ``sink`` is below the forward pass's tok/s on the same rows, extraction is write-bound on this host.
 Each variant's process CPU time is printed too (CPU ms per sample): what the writes take from the host
-beside the forward pass. ``sink_cpu_ratio`` = sink / sink-readback (CPU per sample; below 1 is better).
+beside the forward pass.
 """
 
 from __future__ import annotations
@@ -86,24 +84,6 @@ def save_writer(folder: Path, fsync: bool):
     return write
 
 
-def readback_writer(folder: Path):
-    """The sink's checks and atomic file through ``save_file``, then the file hashed from disk."""
-    from safetensors.torch import save_file
-
-    from eagle_assets.core.files import atomic_path, file_sha256
-    from eagle_assets.hidden_states.files import encode_sample
-
-    def write(sample: Sample) -> None:
-        tensors = encode_sample(sample.hidden_states, sample.token_ids, LAYERS, HIDDEN, str(sample.key[0]))
-        path = folder / f"{sample.key[1]}.safetensors"
-        with atomic_path(path) as tmp:
-            save_file({name: t.contiguous() for name, t in tensors.items()}, str(tmp))
-            file_sha256(tmp)
-        path.unlink()
-
-    return write
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs=2, default=(6144, 8192), metavar=("MIN", "MAX"))
@@ -121,7 +101,6 @@ def main() -> None:
     paths = {
         "sink": lambda: DeletingWriter(folder, LAYERS, HIDDEN, BF16),
         "sink-fp8": lambda: DeletingWriter(folder, LAYERS, HIDDEN, FP8),
-        "sink-readback": lambda: readback_writer(folder / "tensors"),
         "save": lambda: save_writer(folder / "tensors", fsync=False),
         "save-fsync": lambda: save_writer(folder / "tensors", fsync=True),
     }
@@ -153,7 +132,6 @@ def main() -> None:
             f"{name}: median {rate:.0f} tok/s (~{gbs:.2f} GB/s of states), spread {spread(rates[name]):.1%}; "
             f"CPU {median(cpu_ms[name]):.0f} ms/sample, spread {spread(cpu_ms[name]):.1%}"
         )
-    print(f"sink_cpu_ratio={median(cpu_ms['sink']) / median(cpu_ms['sink-readback']):.3f}", flush=True)
     print(
         "result writes " + " ".join(f"{name.replace('-', '_')}_tok_s={median(rates[name]):.0f}" for name in names),
         flush=True,
