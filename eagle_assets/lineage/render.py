@@ -54,7 +54,7 @@ def lineage_table(lineage: Mapping[str, Any]) -> str:
             f"`{link['consumed'][:16]}`, but the files on disk are `{link['on_disk']}`"
             for link in stale
         ),
-        *(f"**not trained on:** {changed_line(c)}" for c in lineage.get("changed_while_training", [])),
+        *(f"**newer since training:** {changed_line(c)}" for c in lineage.get("changed_while_training", [])),
     ]
     return "\n".join(rows).rstrip()
 
@@ -67,10 +67,15 @@ def _one(values: list | None) -> Any:
 
 def changed_line(changed: dict) -> str:
     """One upstream asset partition re-materialized while the checkpoint trained (``changed_while_training``)."""
+    head = f"{changed['asset']}[{changed['partition']}] was re-materialized while the checkpoint trained: "
+    if not changed["trained_on_stored"]:
+        return (
+            head + f"version {changed['trained_on']}, the one it trained on, is no longer stored, so this record "
+            f"lists none of its files (version {changed['current']} is current)"
+        )
     return (
-        f"{changed['asset']}[{changed['partition']}] was re-materialized while the checkpoint trained: it trained "
-        f"on version {changed['trained_on']}, this record lists version {changed['on_disk']}'s files; materialize "
-        "eagle3_checkpoint again for a record of what it trains on"
+        head
+        + f"this record lists version {changed['trained_on']}, the one it trained on ({changed['current']} is current)"
     )
 
 

@@ -155,7 +155,9 @@ def verify_lineage(
             if hashed is not None:  # the file appeared after the pool found it gone
                 tally.count(hashed)
 
-    notes: list[str] = online_notes(lineage) if lineage is not None else []
+    changed = lineage.get("changed_while_training", []) if lineage is not None else []
+    notes = online_notes(lineage) if lineage is not None else []
+    notes += [changed_line(c) for c in changed if c["trained_on_stored"]]
     kept_id = None  # the checkpoint id: the folder's name and its materializations' data version
     if len(model_hashes) == len(MODEL_FILES):
         training_run = read_training_record(folder).get("training_run", "")
@@ -183,13 +185,14 @@ def verify_lineage(
         problems += checkpoint_problems(folder, lineage, kept_id)
         problems += [
             Discrepancy(
-                "superseded",
+                "vanished",
                 f"{c['asset']}/{c['partition']}",
                 asset_folder(base, c["asset"], c["partition"]),
                 c["asset"],
                 changed_line(c),
             )
-            for c in lineage.get("changed_while_training", [])
+            for c in changed
+            if not c["trained_on_stored"]
         ]
         problems += [
             Discrepancy(kind, artifact["path"], where, asset, detail)

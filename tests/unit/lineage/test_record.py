@@ -61,14 +61,16 @@ def test_a_folder_without_lineage_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "lacks partitions" in result.output
 
 
-def test_an_upstream_rematerialized_after_use_is_flagged(quick_tiny_verifier, tmp_path):
+def test_an_upstream_rematerialized_after_use_is_flagged_and_a_training_record_lists_what_it_read(
+    quick_tiny_verifier, tmp_path
+):
     storage = StorageRoot(root=str(tmp_path / "data"))
     assets = chain_assets(AutoTokenizer.from_pretrained(quick_tiny_verifier))[:2]  # prompts, reasoning_samples
     home = tmp_path / "dagster_home"
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:
 
-        def run(selection, limit):
+        def run(selection, limit) -> str:
             result = dg.materialize(
                 assets,
                 instance=instance,
@@ -78,27 +80,38 @@ def test_an_upstream_rematerialized_after_use_is_flagged(quick_tiny_verifier, tm
                 run_config={"ops": {"prompts": {"config": {"limit": limit}}}},
             )
             assert result.success
+            return result.run_id
 
-        run(["prompts", "reasoning_samples"], 4)
+        first = run(["prompts", "reasoning_samples"], 4)
         trained_on = stored_versions(Path(storage.root), [PARTITION])  # as a training would have read them
-        run(["prompts"], 5)  # new prompts on disk; the samples were made from the old ones
+        second = run(["prompts"], 5)  # new prompts on disk; the samples were made from the old ones
         lineage = collect_lineage(instance, storage.root, [PARTITION])
         while_training = collect_lineage(
             instance, storage.root, [PARTITION], training={"data": {"upstream_versions": trained_on}}
         )
+    old, new = trained_on["prompts"][PARTITION], lineage["versions"]["prompts"][PARTITION]
+    assert old != new
     [link] = [link for link in lineage["links"] if link["input"] == "prompts"]
     assert link["asset"] == "reasoning_samples" and not link["consistent"]
     assert any(line.strip().startswith("! reasoning_samples[demo] consumed prompts") for line in summary_lines(lineage))
-    # Re-materialized while a checkpoint trained on the old version: its record says so.
     assert lineage["changed_while_training"] == []
+    assert lineage["dagster"]["prompts"][PARTITION]["run_id"] == second
+    # Re-materialized while a checkpoint trained on the old version: the record is of the old version (its
+    # files, the materialization that published it, a consistent chain) and names the newer one.
     assert while_training["changed_while_training"] == [
-        {
-            "asset": "prompts",
-            "partition": PARTITION,
-            "trained_on": trained_on["prompts"][PARTITION],
-            "on_disk": while_training["versions"]["prompts"][PARTITION],
-        }
+        {"asset": "prompts", "partition": PARTITION, "trained_on": old, "current": new, "trained_on_stored": True}
     ]
-    assert trained_on["prompts"][PARTITION] != while_training["versions"]["prompts"][PARTITION]
-    flagged = "! prompts[demo] was re-materialized while the checkpoint trained"
-    assert any(line.strip().startswith(flagged) for line in summary_lines(while_training))
+    assert while_training["versions"] == trained_on
+    assert while_training["dagster"]["prompts"][PARTITION]["run_id"] == first
+    assert while_training["run_ids"]["prompts[demo]"] == first
+    assert while_training["links"] and all(link["consistent"] for link in while_training["links"])
+    prompts_files = {a["path"] for a in while_training["artifacts"] if a["asset"] == "prompts"}
+    assert prompts_files and all(f"/versions/{old}/" in path for path in prompts_files)
+    assert {a["path"] for a in lineage["artifacts"] if a["asset"] == "prompts"}.isdisjoint(prompts_files)
+    lines = [line.strip() for line in summary_lines(while_training)]
+    flagged = (
+        f"! prompts[demo] was re-materialized while the checkpoint trained: this record lists version {old}, "
+        f"the one it trained on ({new} is current)"
+    )
+    assert flagged in lines
+    assert not any("consumed prompts" in line for line in lines)

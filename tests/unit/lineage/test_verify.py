@@ -266,15 +266,27 @@ def test_features_computed_online_are_named_as_never_stored(tmp_path):
     assert verify_lineage(make_checkpoint(tmp_path / "stored")).notes == []
 
 
-def test_a_record_of_files_the_checkpoint_did_not_train_on_fails_naming_both_versions(tmp_path):
-    """An upstream re-materialized while the checkpoint trained: every file the record lists is intact (the
-    newer version's), yet verify fails, naming the partition, the version trained on and the one recorded."""
-    changed = [{"asset": "token_sequences", "partition": "demo", "trained_on": "aaaa", "on_disk": "bbbb"}]
-    result = verify_lineage(make_checkpoint(tmp_path / "data", changed_while_training=changed))
+def test_an_upstream_rematerialized_while_training_is_a_note_and_a_vanished_trained_on_version_fails(tmp_path):
+    """An upstream re-materialized while the checkpoint trained: the record lists the version trained on, so
+    verify passes and notes the newer one; a trained-on version gone before the record was made fails,
+    naming the partition and both versions."""
+    changed = {"asset": "token_sequences", "partition": "demo", "trained_on": "aaaa", "current": "bbbb"}
+    result = verify_lineage(
+        make_checkpoint(tmp_path / "kept", changed_while_training=[{**changed, "trained_on_stored": True}])
+    )
+    assert result.problems == []
+    [note] = result.notes
+    assert note.startswith("token_sequences[demo] was re-materialized while the checkpoint trained")
+    assert "this record lists version aaaa, the one it trained on (bbbb is current)" in note
+    result = verify_lineage(
+        make_checkpoint(tmp_path / "gone", changed_while_training=[{**changed, "trained_on_stored": False}])
+    )
     [problem] = result.problems
-    assert problem.kind == "superseded" and problem.asset == "token_sequences"
+    assert problem.kind == "vanished" and problem.asset == "token_sequences"
     assert "token_sequences[demo] was re-materialized while the checkpoint trained" in str(problem)
-    assert "trained on version aaaa, this record lists version bbbb's files" in str(problem)
+    assert "version aaaa, the one it trained on, is no longer stored" in str(problem)
+    assert "(version bbbb is current)" in str(problem)
+    assert result.notes == []
 
 
 def test_two_runs_that_train_identical_weights_keep_their_own_records_and_both_verify(tmp_path):
