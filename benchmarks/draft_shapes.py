@@ -89,18 +89,38 @@ def resolved_sizes(preset: str) -> tuple[int, int]:
     return resolved.draft_vocab_size, resolved.total_seq_len
 
 
-def draft_matmul_params(config, draft_vocab: int) -> int:
-    """Trained matmul weights of speculators' one-layer EAGLE-3 draft for this verifier: fc 3H->H, a
-    Llama layer whose q/k/v read 2H inputs (heads and head_dim resolved as speculators does: the
-    config's ``head_dim`` when it has one), its MLP as wide as the verifier's dense one, and the draft
+def draft_matrices(config, draft_vocab: int) -> dict[str, tuple[int, int]]:
+    """(out, in) of each trained matmul weight of speculators' one-layer EAGLE-3 draft for this verifier:
+    fc 3H->H, a Llama layer whose q/k/v read 2H inputs (heads and head_dim resolved as speculators does:
+    the config's ``head_dim`` when it has one), its MLP as wide as the verifier's dense one, and the draft
     lm_head. The frozen embedding and the norms are left out."""
     h, heads = config.hidden_size, config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or h // heads
     kv = config.num_key_value_heads
     if h % heads and h % head_dim == 0:
         heads = h // head_dim
-    attention = 2 * h * (heads + 2 * kv) * head_dim + heads * head_dim * h
-    return 3 * h * h + attention + 3 * h * config.intermediate_size + draft_vocab * h
+    mlp = config.intermediate_size
+    return {
+        "fc": (h, 3 * h),
+        "q_proj": (heads * head_dim, 2 * h),
+        "k_proj": (kv * head_dim, 2 * h),
+        "v_proj": (kv * head_dim, 2 * h),
+        "o_proj": (h, heads * head_dim),
+        "gate_proj": (mlp, h),
+        "up_proj": (mlp, h),
+        "down_proj": (h, mlp),
+        "lm_head": (draft_vocab, h),
+    }
+
+
+def draft_matmul_params(config, draft_vocab: int) -> int:
+    """Trained matmul weights of the draft (:func:`draft_matrices`)."""
+    return sum(rows * cols for rows, cols in draft_matrices(config, draft_vocab).values())
+
+
+def muon_matrices(config) -> dict[str, tuple[int, int]]:
+    """The draft's weights speculators' Muon orthogonalizes: every matrix but the lm_head (AdamW's)."""
+    return {name: shape for name, shape in draft_matrices(config, 1).items() if name != "lm_head"}
 
 
 def train_flops_per_token(config, draft_vocab: int, ttt_steps: int = 3) -> float:

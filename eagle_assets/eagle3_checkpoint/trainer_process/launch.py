@@ -12,6 +12,8 @@ The flags after ``--`` are resolved by speculators' own ``TrainConfig.resolve`` 
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`);
 - no host-device synchronisation in a training step outside logging steps
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`);
+- Muon's Newton-Schulz iterations with their symmetric products computed once per pair of blocks
+  (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.newton_schulz`);
 - speculators' fused Triton loss made callable from the compiled draft
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.fused_loss`), when ``--loss-implementation fused``
   (speculators' default);
@@ -158,7 +160,7 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     from speculators.train.checkpointer import SingleGPUCheckpointer
     from speculators.train.distributed import get_rank
 
-    from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs
+    from eagle_assets.eagle3_checkpoint.trainer_process import host_syncs, newton_schulz
     from eagle_assets.eagle3_checkpoint.trainer_process.async_save import (
         BestCheckpointSaves,
         recover_interrupted_saves,
@@ -171,6 +173,12 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import keep_memory_in
 
     host_syncs.install()
+    if not newton_schulz.install():
+        logging.getLogger("eagle_assets.eagle3_checkpoint").warning(
+            "torch %s's Muon has no _zeropower_via_newtonschulz(grad, ns_coefficients, ns_steps, eps): "
+            "its own Newton-Schulz iterations run",
+            torch.__version__,
+        )
     dataloader.ArrowDataset = Fp8OnDeviceDataset
     dataloader.CollateFn = ScalesKeptCollate
     if _flag_value(speculators_argv, "--loss-implementation", "fused") == "fused":

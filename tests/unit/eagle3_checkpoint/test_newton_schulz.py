@@ -1,0 +1,93 @@
+"""Muon's Newton-Schulz iteration by strips: the same result as torch's, installed into torch.optim.Muon."""
+
+import pytest
+import torch
+from torch.optim import _muon
+
+from eagle_assets.eagle3_checkpoint.trainer_process import newton_schulz as ns
+
+COEFFICIENTS = (_muon.DEFAULT_A, _muon.DEFAULT_B, _muon.DEFAULT_C)
+
+
+def _exact(grad: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """The iteration in float64, every product whole."""
+    a, b, c = COEFFICIENTS
+    x = grad.double().T if grad.size(0) > grad.size(1) else grad.double()
+    x = x / x.norm().clamp(min=_muon.EPS)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if grad.size(0) > grad.size(1) else x
+
+
+@pytest.mark.parametrize("shape", [(96, 288), (288, 96), (100, 100), (130, 250), (20, 70)])
+def test_strips_give_torchs_result(shape):
+    """Wide, tall, square, strips that do not divide the rows, and a matrix of one strip."""
+    torch.manual_seed(0)
+    grad = torch.randn(shape)
+    theirs = _muon._zeropower_via_newtonschulz(grad, COEFFICIENTS, 5, _muon.EPS)
+    ours = ns.newton_schulz(grad, COEFFICIENTS, 5, _muon.EPS, block_rows=32)
+    assert ours.shape == theirs.shape == shape and ours.dtype == theirs.dtype == torch.bfloat16
+    exact = _exact(grad)
+    # bf16 rounding apart, the same iteration: as close to the exact result as torch's, and to torch's.
+    assert (ours.double() - exact).abs().max() <= 1.05 * (theirs.double() - exact).abs().max() + 1e-4
+    assert (ours.double() - theirs.double()).norm() <= 1e-2 * theirs.double().norm()
+
+
+def test_symmetric_products_are_symmetric_and_equal_the_whole_products():
+    torch.manual_seed(0)
+    x = torch.randn(70, 90).bfloat16()
+    gram = ns.symmetric_product(x, block_rows=16)
+    assert torch.equal(gram, gram.T)
+    torch.testing.assert_close(gram, x @ x.T, rtol=2e-2, atol=0.5)
+    update = ns.symmetric_product(gram, beta=-4.775, alpha=2.0315, block_rows=16)
+    assert torch.equal(update, update.T)
+    expected = -4.775 * gram.float() + 2.0315 * gram.float() @ gram.float()
+    assert (update.float() - expected).norm() <= 1e-2 * expected.norm()
+
+
+def test_the_strips_compute_fewer_products_than_the_whole(monkeypatch):
+    """(k + 1) / 2k of a symmetric product's multiply-adds for k strips: 5/8 with four."""
+    x = torch.randn(64, 128)
+    entries = []
+    real_mm = torch.mm
+
+    def counting(a, b, *, out):
+        entries.append(a.size(0) * b.size(1))
+        return real_mm(a, b, out=out)
+
+    monkeypatch.setattr(torch, "mm", counting)
+    gram = ns.symmetric_product(x, block_rows=16)
+    torch.testing.assert_close(gram, x @ x.T)
+    assert sum(entries) == (4 + 1) * 64 * 64 // (2 * 4)
+
+
+def test_installed_muon_steps_as_torchs(monkeypatch):
+    monkeypatch.setattr(_muon, "_zeropower_via_newtonschulz", _muon._zeropower_via_newtonschulz)
+    torch.manual_seed(0)
+    start = torch.randn(40, 120)
+    grads = [torch.randn(40, 120) for _ in range(3)]
+
+    def train() -> torch.Tensor:
+        weight = torch.nn.Parameter(start.clone())
+        optimizer = torch.optim.Muon([weight], lr=0.02)
+        for grad in grads:
+            weight.grad = grad.clone()
+            optimizer.step()
+        return weight.detach()
+
+    before = train()
+    assert ns.install() and _muon._zeropower_via_newtonschulz is ns.newton_schulz
+    assert ns.install()  # a second install changes nothing
+    torch.testing.assert_close(train(), before, rtol=0, atol=1e-3)
+
+
+def test_install_leaves_a_muon_of_another_shape_alone(monkeypatch):
+    def other(grad, coefficients, steps):
+        return grad
+
+    monkeypatch.setattr(_muon, "_zeropower_via_newtonschulz", other)
+    assert not ns.install()
+    assert _muon._zeropower_via_newtonschulz is other
+    monkeypatch.delattr(_muon, "_zeropower_via_newtonschulz")
+    assert not ns.install()
