@@ -11,6 +11,7 @@ from benchmarks.draft_shapes import (
     resolved_sizes,
     verifier_config,
 )
+from tests.helpers.drafts import eagle3_draft
 
 
 @pytest.mark.parametrize("preset", ["llama-3.1-8b", "kimi-k2.5"])
@@ -47,28 +48,12 @@ def test_unknown_preset_names_the_choices():
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-kimi"])
 def test_muon_matrices_are_the_weights_speculators_gives_muon(preset, tmp_path):
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from speculators.train.optimizers import split_named_params_for_muon
 
     config = verifier_config(preset)
     config.save_pretrained(tmp_path)
     layer = create_transformer_layer_config(str(tmp_path), 1, "llama", None, 0, [0])
-    draft = Eagle3DraftModel(
-        Eagle3SpeculatorConfig(
-            transformer_layer_config=layer,
-            draft_vocab_size=64,
-            norm_before_residual=True,
-            eagle_aux_hidden_state_layer_ids=[1, 2, 3],
-            speculators_config=SpeculatorsConfig(
-                algorithm="eagle3",
-                proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-                default_proposal_method="greedy",
-                verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-            ),
-        )
-    )
+    draft = eagle3_draft(layer, 64, "LlamaForCausalLM")
     muon, _ = split_named_params_for_muon(draft)
     built = {name.removesuffix(".weight").rsplit(".", 1)[-1]: tuple(p.shape) for name, p in muon}
     assert built == muon_matrices(config)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.drafts import eagle3_draft
+
 
 def _constant_draft():
     """A real speculators Eagle3DraftModel whose every proposal is draft token 0 = verifier token 2.
@@ -12,9 +14,6 @@ def _constant_draft():
     vocabulary is verifier tokens [2, 3, 5, 7] (d2t holds the offsets).
     """
     import torch
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import Qwen3Config
 
     layer = Qwen3Config(
@@ -27,20 +26,8 @@ def _constant_draft():
         head_dim=32,
     )
     layer._attn_implementation = "sdpa"
-    config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer,
-        draft_vocab_size=4,
-        norm_before_residual=True,
-        eagle_aux_hidden_state_layer_ids=[1, 2, 3],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["Qwen3ForCausalLM"]),
-        ),
-    )
     torch.manual_seed(0)
-    draft = Eagle3DraftModel(config)
+    draft = eagle3_draft(layer, 4, "Qwen3ForCausalLM")
     t2d = torch.zeros(8, dtype=torch.bool)
     t2d[[2, 3, 5, 7]] = True
     draft.load_vocab_mappings(t2d, torch.tensor([2, 2, 3, 4]))

@@ -1,0 +1,24 @@
+"""speculators EAGLE-3 drafts built in memory from a transformer layer config, for tests of what trains them."""
+
+from __future__ import annotations
+
+
+def eagle3_draft(layer, draft_vocab_size: int, verifier_architecture: str):
+    """A randomly initialised ``Eagle3DraftModel``: one ``layer``, 3 speculative tokens, greedy proposals."""
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer,
+        draft_vocab_size=draft_vocab_size,
+        norm_before_residual=True,
+        eagle_aux_hidden_state_layer_ids=[1, 2, 3],
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(name_or_path=None, architectures=[verifier_architecture]),
+        ),
+    )
+    return Eagle3DraftModel(config)
