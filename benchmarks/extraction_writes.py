@@ -7,7 +7,8 @@ Samples of random bf16 states [seq, 4, 4096] (the 8B preset's three aux layers +
 ``hidden_states_gpu.py`` captures) are made once in host memory; then ``--threads`` threads (the
 extractor's writer-thread count) hand them to the sink, in rotating order per repeat:
 
-- ``sink``: the asset's writer (checks, safetensors, sha256 read back, fsync, atomic rename), bf16;
+- ``sink``: the asset's writer (checks, safetensors, sha256 of the header read back and the data from
+  memory, fsync, atomic rename), bf16;
 - ``sink-fp8``: the same writer storing fp8 states quantized before timing (the extractor quantizes on the GPU);
 - ``save``: ``safetensors.torch.save_file`` alone (page cache, no hash, no fsync);
 - ``save-fsync``: ``save_file`` + fsync: what the disk takes once the data must be on it.

@@ -16,6 +16,8 @@ stands in for an fp8 request or the reverse.
 from __future__ import annotations
 
 import hashlib
+import json
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from eagle_assets.core.files import atomic_path, combined_hash
+from eagle_assets.core.files import atomic_path, combined_hash, file_sha256
 from eagle_assets.core.layout import BF16, FEATURE_DTYPES, FP8, TENSORS_DIR
 
 # speculators' training config ``data.hidden_states_backend`` (hs-connectors' backend registry)
@@ -127,19 +129,46 @@ def encode_sample(
     return tensors
 
 
+def written_digest(path: Path, tensors: dict) -> str | None:
+    """The sha256 of the safetensors file just written from ``tensors``: its header read back from
+    ``path``, the data hashed from the tensors' own memory in the header's order (the file's data
+    section is those bytes back to back). None when the header or the file's size says otherwise."""
+    import torch
+
+    with open(path, "rb") as fh:
+        length = fh.read(8)
+        header = fh.read(int.from_bytes(length, "little"))
+    digest = hashlib.sha256(length)
+    digest.update(header)
+    spans = sorted(
+        (entry["data_offsets"], name) for name, entry in json.loads(header).items() if name != "__metadata__"
+    )
+    position = 0
+    for (begin, end), name in spans:
+        data = tensors[name].reshape(-1).view(torch.uint8).numpy()
+        if begin != position or end - begin != data.nbytes:
+            return None
+        digest.update(data)
+        position = end
+    if path.stat().st_size != 8 + len(header) + position:
+        return None
+    return digest.hexdigest()
+
+
 def write_sample(folder: Path, cid: str, tensors: dict) -> tuple[str, str, int]:
     """Write one sample's tensors atomically; returns (path relative to ``folder``, sha256, bytes).
 
     ``save_file`` writes straight from the tensor memory without the GIL (``save`` would build a
-    bytes copy first, ~3x slower); the hash then reads the file back from the page cache.
+    bytes copy first, ~3x slower); the hash covers the header read back and the data from memory
+    (:func:`written_digest`), the whole file read back where they disagree.
     """
     from safetensors.torch import save_file
 
     rel = relative_path(cid)
+    tensors = {name: t.contiguous() for name, t in tensors.items()}
     with atomic_path(Path(folder) / rel) as tmp:
-        save_file({name: t.contiguous() for name, t in tensors.items()}, str(tmp))
-        with open(tmp, "rb") as fh:
-            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        save_file(tensors, str(tmp))
+        sha = (written_digest(tmp, tensors) if sys.byteorder == "little" else None) or file_sha256(tmp)
         size = tmp.stat().st_size
     return rel, sha, size
 

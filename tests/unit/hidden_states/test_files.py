@@ -55,3 +55,21 @@ def test_nan_states_are_refused_with_the_row_named(tmp_path):
             fp8(SampleTensors((7, "abc"), bad, torch.arange(4), clean_scales))
     fp8(SampleTensors((7, "abc"), clean, torch.arange(4), clean_scales))  # the same sample, clean, is written
     assert [p.name for p in tmp_path.rglob("*.safetensors")] == ["abc.safetensors"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
+@pytest.mark.parametrize("tokens", [37, 1])
+def test_a_files_recorded_sha256_is_the_files_own(tmp_path, dtype, tokens):
+    """The sink hashes the header it reads back and the data from memory: the same digest as the file's."""
+    from eagle_assets.core.files import file_sha256
+    from eagle_assets.hidden_states.files import encode_sample, write_sample, written_digest
+
+    torch.manual_seed(0)
+    states = torch.randn(tokens, 4, 24, dtype=torch.bfloat16)
+    tensors = encode_sample(states, torch.arange(tokens), 4, 24, "row 0", dtype)
+    rel, sha, size = write_sample(tmp_path, "abc", tensors)
+    path = tmp_path / rel
+    assert sha == file_sha256(path) and size == path.stat().st_size
+    with open(path, "ab") as fh:  # a file that is not the tensors' bytes back to back: no digest from memory
+        fh.write(b"\0")
+    assert written_digest(path, tensors) is None
