@@ -17,6 +17,7 @@ import inspect
 
 import torch
 from torch import Tensor
+from torch.optim import _muon
 
 # A strip this tall is still a full-size matrix product for a GPU, and at the drafts' widths (4096 to
 # 7168 rows) it gives 4 to 7 strips.
@@ -24,6 +25,8 @@ BLOCK_ROWS = 1024
 # torch.optim._muon's function and its parameters, which install() replaces and newton_schulz() keeps.
 _TORCH_FUNCTION = "_zeropower_via_newtonschulz"
 _PARAMETERS = ["grad", "ns_coefficients", "ns_steps", "eps"]
+# torch's own, kept for sharded (DTensor) updates: their row slices would gather across ranks.
+_TORCH_ITERATION = getattr(_muon, _TORCH_FUNCTION, None)
 
 
 def symmetric_product(x: Tensor, *, beta: float = 0.0, alpha: float = 1.0, block_rows: int = BLOCK_ROWS) -> Tensor:
@@ -51,6 +54,8 @@ def newton_schulz(
     block_rows: int = BLOCK_ROWS,
 ) -> Tensor:
     """``torch.optim._muon._zeropower_via_newtonschulz`` with its symmetric products by strips (module docstring)."""
+    if type(grad) is not torch.Tensor and _TORCH_ITERATION is not None:
+        return _TORCH_ITERATION(grad, ns_coefficients, ns_steps, eps)
     if ns_steps >= 100:
         raise ValueError("Number of steps must be less than 100 for computational efficiency")
     if grad.dim() != 2:
@@ -73,8 +78,6 @@ def newton_schulz(
 def install() -> bool:
     """Have ``torch.optim.Muon`` orthogonalize with :func:`newton_schulz`; False (nothing changed) where this
     torch's Muon has no such function with those parameters."""
-    from torch.optim import _muon
-
     current = getattr(_muon, _TORCH_FUNCTION, None)
     if current is newton_schulz:
         return True

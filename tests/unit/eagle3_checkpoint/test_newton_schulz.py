@@ -91,3 +91,21 @@ def test_install_leaves_a_muon_of_another_shape_alone(monkeypatch):
     assert _muon._zeropower_via_newtonschulz is other
     monkeypatch.delattr(_muon, "_zeropower_via_newtonschulz")
     assert not ns.install()
+
+
+def test_a_sharded_update_keeps_torchs_iteration(monkeypatch):
+    """A tensor subclass (FSDP's DTensor) goes to torch's own iteration, whose products DTensor distributes."""
+    calls = []
+
+    class Sharded(torch.Tensor):
+        pass
+
+    def torchs(grad, coefficients, steps, eps):
+        calls.append(type(grad))
+        return grad
+
+    monkeypatch.setattr(ns, "_TORCH_ITERATION", torchs)
+    grad = torch.randn(8, 16).as_subclass(Sharded)
+    assert ns.newton_schulz(grad, COEFFICIENTS, 5, _muon.EPS) is grad and calls == [Sharded]
+    ns.newton_schulz(torch.randn(8, 16), COEFFICIENTS, 5, _muon.EPS)
+    assert calls == [Sharded]
