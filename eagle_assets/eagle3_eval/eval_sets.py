@@ -64,10 +64,6 @@ def trained_on(checkpoint: Path) -> TrainedOn:
             "deleted or moved; re-materialize eagle3_checkpoint to rebuild it"
         )
     table = pq.read_table(rows)
-    if "group_id" not in table.column_names:
-        raise EvalSetError(
-            f"{rows} has no group_id column (a checkpoint from before problem groups): re-materialize eagle3_checkpoint"
-        )
     return TrainedOn(frozenset(table["prompt_id"].to_pylist()), frozenset(table["group_id"].to_pylist()))
 
 
@@ -80,8 +76,6 @@ def heldout_set(name: str, root: Path, partitions: list[str], limit: int, traine
         if not path.exists():
             raise EvalSetError(f"{path} is missing: materialize prompts for partition '{partition}' first")
         table = pq.read_table(path)
-        if "group_id" not in table.column_names:
-            raise EvalSetError(f"{path} predates problem groups: re-materialize prompts for partition '{partition}'")
         # Each prompt is asked in the sampling variant its partition's capture would give it.
         variants = read_variants(samples_folder(root, partition))
         rows += [

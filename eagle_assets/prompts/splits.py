@@ -81,7 +81,7 @@ def split_for(
 
 
 class MissingPrompts(FileNotFoundError):
-    """A partition's prompts table is missing, or predates a column its readers need: materialize it."""
+    """A partition's prompts table is missing: materialize it."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +119,6 @@ def read_splits(path: Path) -> dict[str, tuple[str, str]]:
     if not path.exists():
         raise MissingPrompts(f"{path} is missing: materialize prompts for partition '{partition}' first")
     table = pq.read_table(path)
-    if "group_id" not in table.column_names:
-        raise MissingPrompts(
-            f"{path} predates problem groups (no group_id column): re-materialize prompts for partition '{partition}'"
-        )
     return dict(
         zip(
             table["prompt_id"].to_pylist(),
