@@ -29,18 +29,19 @@ _PARAMETERS = ["grad", "ns_coefficients", "ns_steps", "eps"]
 _TORCH_ITERATION = getattr(_muon, _TORCH_FUNCTION, None)
 
 
-def symmetric_product(x: Tensor, *, beta: float = 0.0, alpha: float = 1.0, block_rows: int = BLOCK_ROWS) -> Tensor:
-    """``x @ x.T``, or with ``beta`` (``x`` then square and symmetric) ``beta * x + alpha * x @ x.T`` in one
-    ``addmm`` per strip: each strip of rows from its diagonal block rightwards, the rest mirrored from above."""
+def symmetric_product(x: Tensor, *, scale: tuple[float, float] | None = None, block_rows: int = BLOCK_ROWS) -> Tensor:
+    """``x @ x.T``, or with ``scale = (beta, alpha)`` (``x`` then square and symmetric) ``beta * x + alpha * x @ x.T``
+    in one ``addmm`` per strip: each strip of rows from its diagonal block rightwards, the rest mirrored from above."""
     rows = x.size(0)
     out = torch.empty(rows, rows, dtype=x.dtype, device=x.device)
     for start in range(0, rows, block_rows):
         stop = min(start + block_rows, rows)
         strip = out[start:stop, start:]  # a view with the matrix's row stride: the product is written in place
-        if beta:
-            torch.addmm(x[start:stop, start:], x[start:stop], x[start:].T, beta=beta, alpha=alpha, out=strip)
-        else:
+        if scale is None:
             torch.mm(x[start:stop], x[start:].T, out=strip)
+        else:
+            beta, alpha = scale
+            torch.addmm(x[start:stop, start:], x[start:stop], x[start:].T, beta=beta, alpha=alpha, out=strip)
         out[stop:, start:stop] = out[start:stop, stop:].T
     return out
 
@@ -70,7 +71,7 @@ def newton_schulz(
     x.div_(x.norm().clamp(min=eps))  # spectral norm at most 1
     for _ in range(ns_steps):
         gram = symmetric_product(x, block_rows=block_rows)
-        update = symmetric_product(gram, beta=b, alpha=c, block_rows=block_rows)  # b A + c A A
+        update = symmetric_product(gram, scale=(b, c), block_rows=block_rows)  # b A + c A A
         x = torch.addmm(x, update, x, beta=a)
     return x.T if tall else x
 

@@ -34,13 +34,23 @@ def test_strips_give_torchs_result(shape):
     assert (ours.double() - theirs.double()).norm() <= 1e-2 * theirs.double().norm()
 
 
+def test_coefficients_of_any_value_give_torchs_result():
+    """Muon takes its coefficients as a setting: b = 0 still scales A A by c."""
+    torch.manual_seed(0)
+    grad = torch.randn(64, 160)
+    for coefficients in ((2.0, 0.0, -1.5), (1.5, -0.5, 0.0), (3.0, -3.0, 1.0)):
+        theirs = _muon._zeropower_via_newtonschulz(grad, coefficients, 3, _muon.EPS)
+        ours = ns.newton_schulz(grad, coefficients, 3, _muon.EPS, block_rows=16)
+        assert (ours.double() - theirs.double()).norm() <= 1e-2 * theirs.double().norm(), coefficients
+
+
 def test_symmetric_products_are_symmetric_and_equal_the_whole_products():
     torch.manual_seed(0)
     x = torch.randn(70, 90).bfloat16()
     gram = ns.symmetric_product(x, block_rows=16)
     assert torch.equal(gram, gram.T)
     torch.testing.assert_close(gram, x @ x.T, rtol=2e-2, atol=0.5)
-    update = ns.symmetric_product(gram, beta=-4.775, alpha=2.0315, block_rows=16)
+    update = ns.symmetric_product(gram, scale=(-4.775, 2.0315), block_rows=16)
     assert torch.equal(update, update.T)
     expected = -4.775 * gram.float() + 2.0315 * gram.float() @ gram.float()
     assert (update.float() - expected).norm() <= 1e-2 * expected.norm()
