@@ -132,9 +132,12 @@ def encode_sample(
 def written_digest(path: Path, tensors: dict) -> str | None:
     """The sha256 of the safetensors file just written from ``tensors``: its header read back from
     ``path``, the data hashed from the tensors' own memory in the header's order (the file's data
-    section is those bytes back to back). None when the header or the file's size says otherwise."""
+    section is those bytes back to back, little-endian as this machine's memory must be). None when the
+    machine is big-endian or the header or the file's size says otherwise."""
     import torch
 
+    if sys.byteorder != "little":
+        return None
     with open(path, "rb") as fh:
         length = fh.read(8)
         header = fh.read(int.from_bytes(length, "little"))
@@ -168,7 +171,7 @@ def write_sample(folder: Path, cid: str, tensors: dict) -> tuple[str, str, int]:
     tensors = {name: t.contiguous() for name, t in tensors.items()}
     with atomic_path(Path(folder) / rel) as tmp:
         save_file(tensors, str(tmp))
-        sha = (written_digest(tmp, tensors) if sys.byteorder == "little" else None) or file_sha256(tmp)
+        sha = written_digest(tmp, tensors) or file_sha256(tmp)
         size = tmp.stat().st_size
     return rel, sha, size
 
