@@ -3,11 +3,12 @@
 The checkpoint asset records where its training data came from, so a draft can be traced and checked
 long after the runs that made it:
 
-- :mod:`.collect` reads the Dagster provenance of the latest upstream materializations (data and code
-  versions, input data versions, run ids, metadata) and the facts stored with the upstream files.
-- :mod:`.artifacts` lists and hashes those files: each upstream partition's current version folder
-  (reasoning_samples: the current recipe's sample set), never rewritten by a later materialization, with
-  the version ids, and the speculators training folder.
+- :mod:`.collect` reads the Dagster provenance of the upstream versions the training read (data and code
+  versions, input data versions, run ids, metadata; :mod:`.materializations` finds the materialization
+  that published each) and the facts stored with the upstream files.
+- :mod:`.artifacts` lists and hashes those files: each upstream partition's version folder
+  (reasoning_samples: a recipe's sample set), never rewritten by a later materialization, with the version
+  ids, and the speculators training folder.
 - :mod:`.record` writes ``lineage.json`` into the checkpoint, with the checkpoint's own files and content
   hash, and its sha256 beside it (``lineage.sha256``); the checkpoint asset also records that sha256 in
   its materialization metadata, and ``lineage.sig`` (an HMAC-SHA256 of the record) when a lineage key

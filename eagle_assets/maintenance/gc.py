@@ -51,7 +51,7 @@ from eagle_assets.core.layout import TENSORS_DIR as TENSORS
 from eagle_assets.core.shards import shard_paths
 from eagle_assets.core.units import human_bytes
 from eagle_assets.eagle3_checkpoint.verifier_folder import FOLDER_PREFIX as VERIFIER_FOLDER_PREFIX
-from eagle_assets.lineage.collect import latest_materialization
+from eagle_assets.lineage.materializations import latest_materialization
 from eagle_assets.maintenance.references import (
     Protected,
     checkpoint_folders,

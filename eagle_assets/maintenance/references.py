@@ -10,7 +10,7 @@ import dagster as dg
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT as CHECKPOINTS
 from eagle_assets.core.layout import LINEAGE_FILE, TRAINING_FILE, TRAINING_LINKS
 from eagle_assets.core.partitions import TRAINING_RUNS
-from eagle_assets.lineage.collect import latest_materialization
+from eagle_assets.lineage.materializations import latest_materialization
 from eagle_assets.lineage.record import read_json
 
 

@@ -31,7 +31,8 @@ from eagle_assets.core.layout import (
 )
 from eagle_assets.core.partitions import add_training_run
 from eagle_assets.eagle3_checkpoint.asset import CODE_VERSION as CHECKPOINT_CODE_VERSION
-from eagle_assets.lineage.collect import dagster_input_version, latest_materialization
+from eagle_assets.lineage.collect import dagster_input_version
+from eagle_assets.lineage.materializations import latest_materialization
 from eagle_assets.lineage.record import KEY_ENV, LINEAGE_DIGEST_KEY, read_lineage
 from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.resources import StorageRoot, Verifier
