@@ -3,6 +3,7 @@ published a given version folder, as the plain values a lineage record keeps."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -39,17 +40,23 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: 
     return _as_record(records[0]) if records else None
 
 
+def newest_first(instance: dg.DagsterInstance, asset: str, partition: str | None = None) -> Iterator[dg.EventLogRecord]:
+    """Every materialization record of ``asset`` (one partition, or all), newest first, fetched a page at a time."""
+    cursor = None
+    while True:
+        found = instance.fetch_materializations(_records_filter(asset, partition), limit=100, cursor=cursor)
+        yield from found.records
+        if not found.has_more:
+            return
+        cursor = found.cursor
+
+
 def publishing_materialization(instance: dg.DagsterInstance, asset: str, partition: str, folder: Path) -> dict | None:
     """The latest materialization of ``asset[partition]`` whose ``path`` metadata lies in ``folder`` (a version
     or recipe folder): the one that published it, also once newer versions have replaced it; None if none did."""
     folder = folder.resolve()
-    cursor = None
-    while True:
-        found = instance.fetch_materializations(_records_filter(asset, partition), limit=100, cursor=cursor)
-        for record in found.records:  # newest first
-            path = jsonable((record.event_log_entry.asset_materialization.metadata or {}).get("path"))
-            if path and Path(path).resolve().is_relative_to(folder):
-                return _as_record(record)
-        if not found.has_more:
-            return None
-        cursor = found.cursor
+    for record in newest_first(instance, asset, partition):
+        path = jsonable((record.event_log_entry.asset_materialization.metadata or {}).get("path"))
+        if path and Path(path).resolve().is_relative_to(folder):
+            return _as_record(record)
+    return None

@@ -20,6 +20,7 @@ from eagle_assets.core.layout import (
     LINEAGE_FILE,
     LINEAGE_SIGNATURE_FILE,
 )
+from eagle_assets.lineage.materializations import newest_first
 from eagle_assets.lineage.record import (
     DATA_VERSION_TAG,
     LINEAGE_DIGEST_KEY,
@@ -47,10 +48,7 @@ def recorded_digest(instance: dg.DagsterInstance, checkpoint_dir: Path, kept_id:
     """(recorded lineage sha256, run id) of the latest checkpoint materialization of this folder (same
     path, or the same checkpoint id as data version: a copied folder), or None when there is none."""
     folder = checkpoint_dir.resolve()
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(EAGLE3_CHECKPOINT)), limit=1000
-    ).records  # newest first
-    for record in records:
+    for record in newest_first(instance, EAGLE3_CHECKPOINT):
         entry = record.event_log_entry
         mat = entry.asset_materialization
         path = jsonable((mat.metadata or {}).get("path"))

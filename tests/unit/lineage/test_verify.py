@@ -321,3 +321,24 @@ def test_two_runs_that_train_identical_weights_keep_their_own_records_and_both_v
         for folder in (first, second):
             verified = verify_lineage(folder, instance=instance)
             assert verified.problems == [] and verified.against_instance, folder
+
+
+def test_the_instance_record_is_found_behind_pages_of_newer_checkpoint_materializations(tmp_path):
+    from eagle_assets.lineage.materializations import newest_first
+    from eagle_assets.lineage.record_checks import recorded_digest
+
+    folder = make_checkpoint(tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        digest = file_sha256(folder / LINEAGE_FILE)
+        metadata = {"path": str(folder), LINEAGE_DIGEST_KEY: digest}
+        instance.report_runless_asset_event(dg.AssetMaterialization(EAGLE3_CHECKPOINT, metadata=metadata))
+        for other in range(230):  # other checkpoints trained since: more than two pages
+            elsewhere = {"path": str(tmp_path / f"other-{other}"), LINEAGE_DIGEST_KEY: "0" * 64}
+            instance.report_runless_asset_event(dg.AssetMaterialization(EAGLE3_CHECKPOINT, metadata=elsewhere))
+        paths = [
+            record.event_log_entry.asset_materialization.metadata["path"].value
+            for record in newest_first(instance, EAGLE3_CHECKPOINT)
+        ]
+        assert len(paths) == 231 and paths[0].endswith("other-229") and paths[-1] == str(folder)
+        assert recorded_digest(instance, folder, "")[0] == digest
+        assert verify_lineage(folder, instance=instance).problems == []
