@@ -4,20 +4,14 @@ import pytest
 import torch
 from torch.optim import _muon
 
+from benchmarks.newton_schulz import exact_iteration
 from eagle_assets.eagle3_checkpoint.trainer_process import newton_schulz as ns
 
 COEFFICIENTS = (_muon.DEFAULT_A, _muon.DEFAULT_B, _muon.DEFAULT_C)
 
 
 def _exact(grad: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """The iteration in float64, every product whole."""
-    a, b, c = COEFFICIENTS
-    x = grad.double().T if grad.size(0) > grad.size(1) else grad.double()
-    x = x / x.norm().clamp(min=_muon.EPS)
-    for _ in range(steps):
-        gram = x @ x.T
-        x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if grad.size(0) > grad.size(1) else x
+    return exact_iteration(grad, COEFFICIENTS, steps, _muon.EPS)
 
 
 @pytest.mark.parametrize("shape", [(96, 288), (288, 96), (100, 100), (130, 250), (20, 70)])
