@@ -5,24 +5,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_assets import hookimpl
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.core.files import file_sha256
 from eagle_assets.hidden_states.files import SampleWriter, check_sample, load_sample
 from eagle_assets.hidden_states.parallel import ExtractionWorkerFailed, extract_on_devices
 from eagle_assets.plugin_manager import pm
-from eagle_assets.plugins.transformers_backend import TransformersBackend
 from tests.helpers.features import (
     folder,
     index_path,
@@ -33,6 +29,7 @@ from tests.helpers.features import (
     write_token_sequences,
 )
 from tests.helpers.processes import kill_group
+from tests.helpers.worker_backends import PoisonedPlugin, VanishingBackend
 
 TWO_CPU_WORKERS = ["cpu", "cpu"]
 
@@ -75,29 +72,6 @@ def test_two_cpu_workers_write_exactly_what_one_process_writes(storage_root, tin
     assert written_state(storage_root) == expected
 
 
-@dataclass
-class PoisonedBackend(TransformersBackend):
-    """The real transformers backend on a verifier whose embedding of one token is NaN: every row
-    holding that token yields NaN states, which the sample writer refuses (a real failure mode of
-    broken weights)."""
-
-    poison_token: int = -1
-
-    def load_model(self, model_path, device="auto", dtype="auto"):
-        model = super().load_model(model_path, device, dtype)
-        model.get_input_embeddings().weight.data[self.poison_token] = float("nan")
-        return model
-
-
-class PoisonedPlugin:
-    def __init__(self, token: int):
-        self.backend = PoisonedBackend(name="poisoned", description="NaN embedding for one token", poison_token=token)
-
-    @hookimpl
-    def register_verifier_backends(self, register):
-        register(self.backend)
-
-
 def test_a_failing_worker_fails_the_step_with_its_error_and_keeps_whole_files(storage_root, tiny_verifier):
     sequences = write_token_sequences(storage_root, tiny_verifier, prompts=12, steps=3)
     rows = [tuple(ids) for ids in sequences["input_ids"].to_pylist()]
@@ -136,14 +110,6 @@ def test_a_failing_worker_fails_the_step_with_its_error_and_keeps_whole_files(st
     assert not list((folder(storage_root) / "tensors").glob(".*.tmp"))  # stopped workers' temporaries cleared
 
 
-@dataclass
-class VanishingBackend(TransformersBackend):
-    """A worker that is killed outright (as the kernel's OOM killer would) before it can report."""
-
-    def extract(self, model_path, request, sink, progress=None):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def test_a_killed_worker_is_reported_with_its_device_and_signal(tiny_verifier, tmp_path):
     backend = VanishingBackend(name="vanishing", description="killed at start")
     request = ExtractionRequest(sequences=[((0, "a" * 32), [1, 2, 3]), ((1, "b" * 32), [4, 5])], layer_ids=[1, 2, 4])
@@ -151,22 +117,11 @@ def test_a_killed_worker_is_reported_with_its_device_and_signal(tiny_verifier, t
         extract_on_devices(backend, tiny_verifier, request, TWO_CPU_WORKERS, SampleWriter(tmp_path, 3, 64))
 
 
-@dataclass
-class HangingBackend(TransformersBackend):
-    """A worker that announces itself (a file named by its pid) and then hangs, as a stuck forward would."""
-
-    ready_dir: str = ""
-
-    def extract(self, model_path, request, sink, progress=None):
-        (Path(self.ready_dir) / str(os.getpid())).touch()
-        time.sleep(600)
-
-
 PARENT_SCRIPT = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from tests.integration.hidden_states.test_parallel_extraction import HangingBackend
+from tests.helpers.worker_backends import HangingBackend
 from eagle_assets.backends import ExtractionRequest
 from eagle_assets.hidden_states.files import SampleWriter
 from eagle_assets.hidden_states.parallel import extract_on_devices
