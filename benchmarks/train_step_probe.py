@@ -15,7 +15,8 @@ loaders and trainer, with this project's additions), then, instead of training e
    (same draft, same loss, same step code), the ceiling the real loader path is measured against;
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
    copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), \
-to show what removing them is worth;
+to show what removing them is worth; ``--padded-rows`` times them once more with each packed row padded
+   to ``total_seq_len`` (speculators' layout), to show what ending rows at their samples is worth;
 3. with ``--profile-resident N``: profiles N resident steps (torch.profiler) and prints the kernel time
    by op (top device ops), the device's busy share of the wall time (the rest: idle gaps between
    kernels), and torch.compile's graph and recompile counters; the table also goes to
@@ -66,6 +67,21 @@ class ResidentBatches:
     def __iter__(self):
         for batch in itertools.islice(itertools.cycle(self.batches), self.steps):
             yield dict(batch)
+
+
+def padded_row(batch: dict, max_len: int) -> dict:
+    """A resident batch padded back to ``max_len`` positions as speculators' collate pads it (zeros; -1 in
+    ``document_ids``): the step speculators' trainer runs on the same tokens."""
+    import torch.nn.functional as F
+
+    length = batch["document_ids"].shape[1]
+    out = {}
+    for key, value in batch.items():
+        if hasattr(value, "dim") and value.dim() >= 2 and value.shape[1] == length:
+            widths = [0, 0] * (value.dim() - 2) + [0, max_len - length]
+            value = F.pad(value, widths, value=-1 if key == "document_ids" else 0)
+        out[key] = value
+    return out
 
 
 def use_loss(trainer, implementation: str) -> None:
@@ -207,17 +223,22 @@ def probe(trainer, args) -> None:
     for implementation in args.losses:
         use_loss(trainer, implementation)
         timed_steps(trainer, resident, args.warmup_steps, tokens_per_batch)  # compiles for this loss
-        variants = [("without host syncs", None)]
+        variants = [("without host syncs", None, resident)]
         if args.with_host_syncs:
-            variants.append(("with speculators' host syncs", torch))
-        for label, module in variants:
+            variants.append(("with speculators' host syncs", torch, resident))
+        if args.padded_rows:
+            max_len = real_loader.collate_fn.max_len
+            padded = [padded_row(batch, max_len) for batch in resident]
+            timed_steps(trainer, padded, args.warmup_steps, tokens_per_batch)  # a new row length may compile
+            variants.append((f"rows padded to {max_len} as speculators pads them", None, padded))
+        for label, module, batches in variants:
             from speculators.train import trainer as trainer_module
 
             patched = trainer_module.torch
             if module is not None:
                 trainer_module.torch = module
             try:
-                seconds, tokens = timed_steps(trainer, resident, args.steps, tokens_per_batch)
+                seconds, tokens = timed_steps(trainer, batches, args.steps, tokens_per_batch)
             finally:
                 trainer_module.torch = patched
             print(
@@ -245,6 +266,11 @@ def main() -> None:
         "--with-host-syncs",
         action="store_true",
         help="also time the resident steps with speculators' blocking scalar copies",
+    )
+    parser.add_argument(
+        "--padded-rows",
+        action="store_true",
+        help="also time the resident steps with their rows padded to total_seq_len, as speculators' collate pads them",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="profile this many real-loader steps")
     parser.add_argument(

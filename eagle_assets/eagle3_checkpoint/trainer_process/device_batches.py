@@ -15,6 +15,16 @@ backend, but leaving values in FP8 with their per-token scales beside them, and
 :class:`ScalesKeptCollate` is speculators' collate keeping those scales aligned with the features.
 Batches, their order and their values are unchanged (the same arithmetic, on another device).
 
+A packed row also ends where its samples end (:class:`RowEndCollate`): speculators pads every row to
+``total_seq_len`` positions, and the draft's step costs the padding as much as the tokens (the forward,
+the verifier-logit targets, attention). Reasoning rows of 6-8K tokens under a 9,216-token row are one
+sample each, so a fifth of each step went to padding. The loss is a masked mean, so the cut changes no
+loss, gradient or metric. Row lengths come from a small set (multiples of :data:`ROW_BUCKET`, at most
+nine for a 9,216-token row) so that the compiled draft meets few shapes: Dynamo keeps one entry per KV-cache
+layout and row length in the frame after speculators' forced graph break, and past its recompile limit it
+runs that frame uncompiled (flex attention then materializes every score). :func:`recompiles_for_rows`
+is a limit that covers the set.
+
 Each epoch also starts loading early: speculators' loader keeps its workers between epochs, but they begin
 an epoch only when the trainer asks for its first batch, after the previous epoch's checkpoint save and
 validation; the first step then waits while every worker builds its first packed row (measured on one
@@ -127,6 +137,39 @@ class ScalesKeptCollate(CollateFn):
 
     def __init__(self, *args, preprocess=None, **kwargs):
         super().__init__(*args, preprocess=ScalesFollowFeatures(preprocess), **kwargs)
+
+
+# Whole blocks of flex attention's 128 positions (speculators' draft-token mask extension assumes them),
+# eight at a time: few distinct lengths, and none of one block (Dynamo specializes a size of 1).
+ROW_BUCKET = 1024
+
+
+def trim_padding(batch: dict, max_len: int) -> dict:
+    """``batch``, one packed row of ``max_len`` positions, cut after its last sample's position (rounded up
+    to :data:`ROW_BUCKET`, at most ``max_len``): every per-position tensor is cut, nothing else changes."""
+    used = int((batch["document_ids"] != -1).sum())
+    keep = min(max_len, -(-max(used, 1) // ROW_BUCKET) * ROW_BUCKET)
+    if keep == max_len:
+        return batch
+    return {
+        key: value[:, :keep]
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] == max_len
+        else value
+        for key, value in batch.items()
+    }
+
+
+def recompiles_for_rows(max_len: int, ttt_steps: int) -> int:
+    """A recompile limit that covers every row length :func:`trim_padding` gives (and one spare), once per
+    ttt step's KV-cache layout and the empty cache, in training and in validation (no grad: other guards)."""
+    return 2 * (-(-max_len // ROW_BUCKET) + 1) * (ttt_steps + 1)
+
+
+class RowEndCollate(ScalesKeptCollate):
+    """:class:`ScalesKeptCollate` whose rows end where their samples end (:func:`trim_padding`)."""
+
+    def __call__(self, batch):
+        return trim_padding(super().__call__(batch), self.max_len)
 
 
 def dequantize_features(batch: dict, dtype: torch.dtype) -> dict:

@@ -8,7 +8,8 @@ The flags after ``--`` are resolved by speculators' own ``TrainConfig.resolve`` 
 - the CPU adaptations of :mod:`eagle_assets.eagle3_checkpoint.trainer_process.cpu` when CUDA is absent;
 - loader workers that reuse their buffers (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.loader_workers`);
 - batches copied to the GPU a step ahead on a side stream, FP8 features dequantized there rather than in
-  the loader workers, and each epoch's loading started while the previous epoch ends
+  the loader workers, each epoch's loading started while the previous epoch ends, and packed rows that
+  end where their samples end, not padded to ``total_seq_len``
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.device_batches`);
 - no host-device synchronisation in a training step outside logging steps
   (:mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`);
@@ -168,7 +169,7 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
         DeviceBatches,
         Fp8OnDeviceDataset,
-        ScalesKeptCollate,
+        RowEndCollate,
     )
     from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import keep_memory_in
 
@@ -180,7 +181,7 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
             torch.__version__,
         )
     dataloader.ArrowDataset = Fp8OnDeviceDataset
-    dataloader.CollateFn = ScalesKeptCollate
+    dataloader.CollateFn = RowEndCollate
     if _flag_value(speculators_argv, "--loss-implementation", "fused") == "fused":
         from eagle_assets.eagle3_checkpoint.trainer_process import (
             fused_loss,  # imports Triton: only when the fused loss is asked for
@@ -265,11 +266,17 @@ def main(argv: list[str] | None = None) -> None:
         cpu.apply_cpu_adaptations(own.cpu_threads)
     _install_trainer(own.early_stop_patience, speculators_argv)
 
+    import torch._dynamo
     from speculators.train.cli import main as speculators_main
     from speculators.train.config import TrainConfig
 
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import recompiles_for_rows
+
+    config = TrainConfig.resolve(speculators_argv)
+    needed = recompiles_for_rows(config.data.total_seq_len, config.loss.ttt_steps)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, needed)
     try:
-        speculators_main(TrainConfig.resolve(speculators_argv))
+        speculators_main(config)
     except EarlyStop as stop:
         from speculators.train.distributed import maybe_destroy_distributed
 

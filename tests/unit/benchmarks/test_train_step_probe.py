@@ -1,0 +1,35 @@
+"""The GPU-bound probe's padded rows are speculators' rows: what the probe compares ours with."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.train_step_probe import padded_row
+
+
+def test_a_cut_row_padded_back_is_speculators_row():
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import CollateFn
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import trim_padding
+
+    torch.manual_seed(0)
+    samples = [
+        {
+            "input_ids": torch.randint(0, 50, (n,)),
+            "hidden_states": torch.randn(n, 24),
+            "verifier_last_hidden_states": torch.randn(n, 8),
+            "loss_mask": torch.ones(n, dtype=torch.long),
+            "lengths": torch.tensor([n]),
+            "position_ids": torch.arange(n),
+        }
+        for n in (700, 600)
+    ]
+    theirs = CollateFn(3072, 8, 3, dtype=torch.float32, preprocess=shift_batch)(samples)
+    cut = trim_padding(theirs, 3072)
+    assert cut["input_ids"].shape[1] == 2048
+    back = padded_row(cut, 3072)
+    assert back.keys() == theirs.keys()
+    for key, want in theirs.items():
+        got = back[key]
+        assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want, key
