@@ -45,14 +45,15 @@ def fp8_training_data(tmp_path: Path):
     return build_training_data(tmp_path / "fp8", ["demo"], tmp_path / "work")
 
 
-def batches(dataset_class, collate_class, data):
-    """Packed batches as speculators' loader builds them (its EAGLE-3 preprocessing included)."""
+def batches(dataset_class, collate_class, data, row: int = ROW):
+    """Packed batches of ``row`` positions as speculators' loader builds them (its EAGLE-3 preprocessing
+    included)."""
     from hs_connectors import FP8Backend
     from speculators.models.eagle3.data import shift_batch
 
     transfer = FP8Backend.from_train_args(type("Args", (), {"hidden_states_path": None})(), str(data.path))
-    dataset = dataset_class(max_len=ROW, datapath=str(data.path), transfer=transfer, on_missing="raise")
-    collate = collate_class(ROW, HIDDEN, num_target_layers=3, dtype=dataset.hidden_states_dtype, preprocess=shift_batch)
+    dataset = dataset_class(max_len=row, datapath=str(data.path), transfer=transfer, on_missing="raise")
+    collate = collate_class(row, HIDDEN, num_target_layers=3, dtype=dataset.hidden_states_dtype, preprocess=shift_batch)
     packs = [[0, 1, 2], [3, 4], [5]]  # several samples per row, and a row cut short
     return dataset, [collate([dataset[i] for i in pack]) for pack in packs]
 
@@ -231,6 +232,26 @@ def test_rows_end_where_their_samples_end_and_are_speculators_rows_without_the_p
     collate = RowEndCollate(ROW_BUCKET + 500, HIDDEN, 3, dtype=torch.float32, preprocess=shift_batch)
     assert collate([_sample(100, HIDDEN)])["input_ids"].shape[1] == ROW_BUCKET
     assert collate([_sample(1200, HIDDEN)])["input_ids"].shape[1] == ROW_BUCKET + 500
+
+
+def test_cut_fp8_rows_keep_their_scales_beside_their_features(tmp_path):
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import (
+        ROW_BUCKET,
+        Fp8OnDeviceDataset,
+        RowEndCollate,
+        ScalesKeptCollate,
+        dequantize_features,
+    )
+
+    data = fp8_training_data(tmp_path)
+    dataset, padded = batches(Fp8OnDeviceDataset, ScalesKeptCollate, data, row=2 * ROW_BUCKET)
+    _, cut = batches(Fp8OnDeviceDataset, RowEndCollate, data, row=2 * ROW_BUCKET)
+    for full, short in zip(padded, cut):
+        assert short["hidden_states"].dtype == torch.float8_e4m3fn and short["hidden_states"].shape[1] == ROW_BUCKET
+        full = dequantize_features(dict(full), dataset.dequantize_dtype)
+        short = dequantize_features(dict(short), dataset.dequantize_dtype)
+        for key in ("hidden_states", "verifier_last_hidden_states", "input_ids", "loss_mask", "document_ids"):
+            assert torch.equal(short[key], full[key][:, :ROW_BUCKET]), key
 
 
 def test_the_recompile_limit_covers_every_row_length_per_ttt_step():
