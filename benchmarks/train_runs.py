@@ -12,6 +12,7 @@ import re
 import time
 from pathlib import Path
 
+from benchmarks.train_step_probe import AS_TRAINED, PROBE_LINE
 from eagle_assets.eagle3_checkpoint import trainer
 
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
@@ -58,7 +59,7 @@ class StampedLog:
 class ProbeLog(StampedLog):
     """The probe's lines (all printed), its resident-step rates and when it started probing."""
 
-    RATE = re.compile(r"probe resident loss=(\w+) \(without host syncs\).*tokens_per_s=(\d+)")
+    RATE = re.compile(rf"{PROBE_LINE} loss=(\w+) \({AS_TRAINED}\).*tokens_per_s=(\d+)")
 
     def __init__(self, name: str):
         super().__init__(name, quiet=False)

@@ -11,8 +11,8 @@ loaders and trainer, with this project's additions), then, instead of training e
 1. takes the first ``--resident-batches`` batches of the real training loader and keeps them on the GPU;
 2. for each loss in ``--losses``: runs the trainer's own ``train_epoch`` over those resident batches
    (``--warmup-steps`` first: compilation), then ``--steps`` timed steps, and prints
-   ``probe resident loss=<impl> ... tokens_per_s=<rate>`` -- the step rate with no data loading at all
-   (same draft, same loss, same step code), the ceiling the real loader path is measured against;
+   ``probe resident loss=<impl> ... tokens_per_s=<rate> ... recompiles=<n>`` -- the step rate with no data
+   loading at all (same draft, same loss, same step code), the ceiling the real loader path is measured against;
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
    copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), \
 to show what removing them is worth; ``--padded-rows`` times them once more with each packed row padded
@@ -51,6 +51,18 @@ from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process import launch  # noqa: E402
 
 PROBE_LINE = "probe resident"
+# The label of the resident steps as the trainer runs them: the rate ``train_gpu.py`` reads as the ceiling.
+AS_TRAINED = "without host syncs"
+
+
+def resident_line(loss: str, label: str, steps: int, tokens: int, seconds: float, shape: str, mfu: float) -> str:
+    """The probe's result line for ``steps`` resident steps, with torch.compile's recompiles so far (a
+    row length or layout the draft met anew)."""
+    return (
+        f"{PROBE_LINE} loss={loss} ({label}): steps={steps} tokens={tokens} seconds={seconds:.3f} "
+        f"step_ms={seconds / steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f} shape={shape} mfu={mfu:.3f} "
+        f"recompiles={compile_counters()['recompiles']}"
+    )
 
 
 class ResidentBatches:
@@ -223,7 +235,7 @@ def probe(trainer, args) -> None:
     for implementation in args.losses:
         use_loss(trainer, implementation)
         timed_steps(trainer, resident, args.warmup_steps, tokens_per_batch)  # compiles for this loss
-        variants = [("without host syncs", None, resident)]
+        variants = [(AS_TRAINED, None, resident)]
         if args.with_host_syncs:
             variants.append(("with speculators' host syncs", torch, resident))
         if args.padded_rows:
@@ -241,12 +253,8 @@ def probe(trainer, args) -> None:
                 seconds, tokens = timed_steps(trainer, batches, args.steps, tokens_per_batch)
             finally:
                 trainer_module.torch = patched
-            print(
-                f"{PROBE_LINE} loss={implementation} ({label}): steps={args.steps} tokens={tokens} "
-                f"seconds={seconds:.3f} step_ms={seconds / args.steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f} "
-                f"shape={args.shape} mfu={tokens / seconds * flops_per_token / peak:.3f}",
-                flush=True,
-            )
+            mfu = tokens / seconds * flops_per_token / peak
+            print(resident_line(implementation, label, args.steps, tokens, seconds, args.shape, mfu), flush=True)
         if args.profile_resident:
             try:  # a diagnostic: its failure must not discard the rates above
                 profile_resident_steps(trainer, resident, args.profile_resident, f"{args.shape}-{implementation}")

@@ -1,4 +1,5 @@
-"""The GPU-bound probe's padded rows are speculators' rows: what the probe compares ours with."""
+"""The GPU-bound probe: its padded rows are speculators' rows (what it compares ours with), and its result line
+is the one train_gpu.py reads."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def test_a_cut_row_padded_back_is_speculators_row():
     for key, want in theirs.items():
         got = back[key]
         assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want, key
+
+
+def test_train_gpu_reads_the_rate_of_the_steps_as_trained_from_the_probes_line():
+    from benchmarks.train_runs import ProbeLog
+    from benchmarks.train_step_probe import AS_TRAINED, resident_line
+
+    log = ProbeLog("gpu-bound")
+    trained = resident_line("fused", AS_TRAINED, 24, 172167, 3.718, "llama-3.1-8b", 0.455)
+    assert trained.endswith(" recompiles=0") and "tokens_per_s=46306 " in trained
+    log.info(trained)
+    log.info(resident_line("fused", "rows padded to 9216 as speculators pads them", 24, 172167, 4.188, "x", 0.4))
+    log.info(resident_line("eager", AS_TRAINED, 24, 172167, 3.9, "llama-3.1-8b", 0.43))
+    assert log.rates == {"fused": 46306.0, "eager": 44145.0}
