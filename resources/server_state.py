@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +38,8 @@ def this_host() -> str:
     return socket.gethostname()
 
 
-def default_state_dir() -> Path:
-    cache = os.environ.get("EAGLE_ASSETS_CACHE") or str(Path.home() / ".cache" / "eagle-assets")
+def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    cache = environ.get("EAGLE_ASSETS_CACHE") or str(Path.home() / ".cache" / "eagle-assets")
     return Path(cache) / "vllm-servers"
 
 

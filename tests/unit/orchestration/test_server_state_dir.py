@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
 from eagle_assets.orchestration.executor import recorded_executor
 from eagle_assets.orchestration.recovery import configured_state_dir
 from eagle_assets.resources import VLLMServer
-from eagle_assets.resources.server_state import this_host
+from eagle_assets.resources.server_state import default_state_dir, this_host
+from tests.helpers.fresh_interpreter import call_with_environment
 from tests.helpers.processes import dead_pid, write_state
 
 
@@ -31,18 +34,27 @@ def job_with_a_managed_server() -> dg.JobDefinition:
 
 
 def test_the_configured_state_dir_is_the_resources_with_the_run_configs_over_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("SERVER_STATE", str(tmp_path / "from-env"))
-    assert configured_state_dir(job_of(VLLMServer())) == tmp_path / "cache" / "vllm-servers"
+    monkeypatch.setenv("SERVER_STATE", str(tmp_path / "from-env"))  # a name nothing else reads
+    assert configured_state_dir(job_of(VLLMServer())) == default_state_dir()
+    assert default_state_dir({"EAGLE_ASSETS_CACHE": str(tmp_path / "cache")}) == tmp_path / "cache" / "vllm-servers"
     assert configured_state_dir(job_of(VLLMServer(state_dir=str(tmp_path / "set")))) == tmp_path / "set"
     assert configured_state_dir(job_of(VLLMServer(state_dir=dg.EnvVar("SERVER_STATE")))) == tmp_path / "from-env"
     run_config = {"resources": {"vllm_server": {"config": {"state_dir": str(tmp_path / "run")}}}}
     assert configured_state_dir(job_of(VLLMServer(state_dir="set")), run_config) == tmp_path / "run"
 
 
-def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypatch):
-    """The executor's reconcile looks in the run's state folder, not only in the default one."""
-    monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
+def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path):
+    """The executor's reconcile looks in the run's state folder, not only in the default one (a default
+    folder of its own: in an interpreter of its own, see tests/helpers/fresh_interpreter.py)."""
+    call_with_environment(
+        f"{__name__}:a_run_stops_the_servers_of_its_configured_state_dir",
+        str(tmp_path),
+        environment={"EAGLE_ASSETS_CACHE": str(tmp_path / "cache")},
+    )
+
+
+def a_run_stops_the_servers_of_its_configured_state_dir(folder: str) -> None:
+    tmp_path = Path(folder)
     configured, default = tmp_path / "configured", tmp_path / "cache" / "vllm-servers"
     configured.mkdir()
     default.mkdir(parents=True)
@@ -58,10 +70,18 @@ def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypat
     assert not in_configured.exists() and in_default.exists()
 
 
-def test_the_demo_stops_the_servers_of_its_configured_state_dir(tmp_path, monkeypatch):
+def test_the_demo_stops_the_servers_of_its_configured_state_dir(tmp_path):
+    call_with_environment(
+        f"{__name__}:the_demo_stops_the_servers_of_its_configured_state_dir",
+        str(tmp_path),
+        environment={"EAGLE_ASSETS_CACHE": str(tmp_path / "cache")},
+    )
+
+
+def the_demo_stops_the_servers_of_its_configured_state_dir(folder: str) -> None:
     from eagle_assets.demo.command import run_demo
 
-    monkeypatch.setenv("EAGLE_ASSETS_CACHE", str(tmp_path / "cache"))
+    tmp_path = Path(folder)
     configured = tmp_path / "configured"
     configured.mkdir()
     in_configured = write_state(configured, "127.0.0.1-8000", dead_pid(), this_host())
