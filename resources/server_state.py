@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_assets.core.files import write_json
+from eagle_assets.tiny_verifier.cache import default_cache_dir
 
 DEFAULT_IDLE_STOP_S = 3600.0
 DEFAULT_STOP_GRACE_S = 30.0
@@ -39,8 +40,7 @@ def this_host() -> str:
 
 
 def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    cache = environ.get("EAGLE_ASSETS_CACHE") or str(Path.home() / ".cache" / "eagle-assets")
-    return Path(cache) / "vllm-servers"
+    return default_cache_dir(environ) / "vllm-servers"
 
 
 def server_state_dir(configured: str | Path | None) -> Path:

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,8 +27,9 @@ RECIPE_FILE = "eagle_assets_recipe.json"
 CACHE_ENV = "EAGLE_ASSETS_CACHE"
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "eagle-assets")
+def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """The user cache (``$EAGLE_ASSETS_CACHE``, else ``~/.cache/eagle-assets``) as ``environ`` names it."""
+    return Path(environ.get(CACHE_ENV) or Path.home() / ".cache" / "eagle-assets")
 
 
 def cached_tiny_verifier(
