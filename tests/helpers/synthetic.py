@@ -177,3 +177,16 @@ def write_random_features(
         verifier, list(layer_ids), hidden_size, feature_dtype, files, sum(sequences["seq_len"].to_pylist())
     )
     publish_index(hs_folder, pa.Table.from_pylist(index_rows, schema=INDEX_SCHEMA), manifest)
+
+
+def training_sample(length: int, hidden: int, vocab: int = 300) -> dict:
+    """One sample as speculators' dataset yields it (random ids and features, a random loss mask), for a
+    collate to pack: ``hidden_states`` holds three aux layers of ``hidden`` each."""
+    return {
+        "input_ids": torch.randint(0, vocab, (length,)),
+        "hidden_states": torch.randn(length, 3 * hidden),
+        "verifier_last_hidden_states": torch.randn(length, hidden),
+        "loss_mask": (torch.rand(length) > 0.3).long(),
+        "lengths": torch.tensor([length]),
+        "position_ids": torch.arange(length),
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from benchmarks.train_step_probe import padded_row
+from tests.helpers.synthetic import training_sample
 
 
 def test_a_cut_row_padded_back_is_speculators_row():
@@ -15,17 +16,7 @@ def test_a_cut_row_padded_back_is_speculators_row():
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import trim_padding
 
     torch.manual_seed(0)
-    samples = [
-        {
-            "input_ids": torch.randint(0, 50, (n,)),
-            "hidden_states": torch.randn(n, 24),
-            "verifier_last_hidden_states": torch.randn(n, 8),
-            "loss_mask": torch.ones(n, dtype=torch.long),
-            "lengths": torch.tensor([n]),
-            "position_ids": torch.arange(n),
-        }
-        for n in (700, 600)
-    ]
+    samples = [training_sample(n, 8) for n in (700, 600)]
     theirs = CollateFn(3072, 8, 3, dtype=torch.float32, preprocess=shift_batch)(samples)
     cut = trim_padding(theirs, 3072)
     assert cut["input_ids"].shape[1] == 2048

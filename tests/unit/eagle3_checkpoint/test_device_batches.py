@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from eagle_assets.eagle3_checkpoint.training_data import build_training_data
-from tests.helpers.synthetic import write_head_only_verifier, write_random_features
+from tests.helpers.synthetic import training_sample, write_head_only_verifier, write_random_features
 
 HIDDEN, LAYERS, ROW = 64, [1, 2, 3, 4], 96
 
@@ -193,17 +193,6 @@ def test_a_generated_fp8_row_is_checked_like_a_bf16_one():
         check_generated({"hidden_states": states, "token_ids": torch.tensor([5, 6, 8])}, [5, 6, 7])
 
 
-def _sample(length: int, hidden: int):
-    return {
-        "input_ids": torch.randint(0, 300, (length,)),
-        "hidden_states": torch.randn(length, 3 * hidden),
-        "verifier_last_hidden_states": torch.randn(length, hidden),
-        "loss_mask": (torch.rand(length) > 0.3).long(),
-        "lengths": torch.tensor([length]),
-        "position_ids": torch.arange(length),
-    }
-
-
 def test_rows_end_where_their_samples_end_and_are_speculators_rows_without_the_padding():
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import CollateFn
@@ -214,7 +203,7 @@ def test_rows_end_where_their_samples_end_and_are_speculators_rows_without_the_p
     row = 3 * ROW_BUCKET
     cases = (([700, 900], 2048), ([1024], 1024), ([1025], 1024), ([2000, 1100], row), ([0], 1024), ([300], 1024))
     for lengths, kept in cases:
-        samples = [_sample(n, HIDDEN) for n in lengths]
+        samples = [training_sample(n, HIDDEN) for n in lengths]
         theirs = CollateFn(row, HIDDEN, 3, dtype=torch.float32, preprocess=shift_batch)([dict(s) for s in samples])
         ours = RowEndCollate(row, HIDDEN, 3, dtype=torch.float32, preprocess=shift_batch)([dict(s) for s in samples])
         assert set(ours) == set(theirs) and ours["error_records"] == theirs["error_records"]
@@ -228,10 +217,13 @@ def test_rows_end_where_their_samples_end_and_are_speculators_rows_without_the_p
             rest = want[:, kept:]
             assert torch.equal(rest, torch.full_like(rest, -1 if key == "document_ids" else 0)), key
     # A row no longer than one bucket, or not a whole number of them: cut only to whole buckets below it.
-    assert RowEndCollate(512, HIDDEN, 3, preprocess=shift_batch)([_sample(100, HIDDEN)])["input_ids"].shape[1] == 512
+    assert (
+        RowEndCollate(512, HIDDEN, 3, preprocess=shift_batch)([training_sample(100, HIDDEN)])["input_ids"].shape[1]
+        == 512
+    )
     collate = RowEndCollate(ROW_BUCKET + 500, HIDDEN, 3, dtype=torch.float32, preprocess=shift_batch)
-    assert collate([_sample(100, HIDDEN)])["input_ids"].shape[1] == ROW_BUCKET
-    assert collate([_sample(1200, HIDDEN)])["input_ids"].shape[1] == ROW_BUCKET + 500
+    assert collate([training_sample(100, HIDDEN)])["input_ids"].shape[1] == ROW_BUCKET
+    assert collate([training_sample(1200, HIDDEN)])["input_ids"].shape[1] == ROW_BUCKET + 500
 
 
 def test_cut_fp8_rows_keep_their_scales_beside_their_features(tmp_path):
@@ -291,7 +283,7 @@ def test_a_cut_row_trains_the_draft_exactly_as_the_padded_row():
         for parameter in draft.parameters():
             parameter.normal_(0, 0.5 if parameter.dim() == 2 and parameter.shape[0] == 300 else 0.05)
     padded = CollateFn(3072, HIDDEN, 3, dtype=torch.float32, preprocess=shift_batch)(
-        [_sample(300, HIDDEN), _sample(400, HIDDEN)]
+        [training_sample(300, HIDDEN), training_sample(400, HIDDEN)]
     )
     cut = trim_padding(padded, 3072)
     assert cut["input_ids"].shape[1] == 1024

@@ -43,14 +43,17 @@ def test_the_configured_state_dir_is_the_resources_with_the_run_configs_over_it(
     assert configured_state_dir(job_of(VLLMServer(state_dir="set")), run_config) == tmp_path / "run"
 
 
-def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path):
-    """The executor's reconcile looks in the run's state folder, not only in the default one (a default
-    folder of its own: in an interpreter of its own, see tests/helpers/fresh_interpreter.py)."""
+def with_a_cache_of_its_own(body, tmp_path: Path) -> None:
+    """``body(tmp_path)`` in an interpreter whose user cache (and so default state folder) is under
+    ``tmp_path``: tests/helpers/fresh_interpreter.py says why not in this one."""
     call_with_environment(
-        f"{__name__}:a_run_stops_the_servers_of_its_configured_state_dir",
-        str(tmp_path),
-        environment={"EAGLE_ASSETS_CACHE": str(tmp_path / "cache")},
+        f"{__name__}:{body.__name__}", str(tmp_path), environment={"EAGLE_ASSETS_CACHE": str(tmp_path / "cache")}
     )
+
+
+def test_a_run_stops_the_servers_of_its_configured_state_dir(tmp_path):
+    """The executor's reconcile looks in the run's state folder, not only in the default one."""
+    with_a_cache_of_its_own(a_run_stops_the_servers_of_its_configured_state_dir, tmp_path)
 
 
 def a_run_stops_the_servers_of_its_configured_state_dir(folder: str) -> None:
@@ -71,11 +74,7 @@ def a_run_stops_the_servers_of_its_configured_state_dir(folder: str) -> None:
 
 
 def test_the_demo_stops_the_servers_of_its_configured_state_dir(tmp_path):
-    call_with_environment(
-        f"{__name__}:the_demo_stops_the_servers_of_its_configured_state_dir",
-        str(tmp_path),
-        environment={"EAGLE_ASSETS_CACHE": str(tmp_path / "cache")},
-    )
+    with_a_cache_of_its_own(the_demo_stops_the_servers_of_its_configured_state_dir, tmp_path)
 
 
 def the_demo_stops_the_servers_of_its_configured_state_dir(folder: str) -> None:
