@@ -17,6 +17,7 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,8 +97,9 @@ def _import_file(path: str):
     return module
 
 
-def load_plugins() -> None:
-    """(Re)load every plugin from scratch: entry points, ``$EAGLE_ASSETS_PLUGINS``, built-ins.
+def load_plugins(environ: Mapping[str, str] = os.environ) -> None:
+    """(Re)load every plugin from scratch: entry points, ``$EAGLE_ASSETS_PLUGINS``, built-ins, as ``environ``
+    (this process's environment unless given) names them.
 
     Runs at import; call it again after installing a plugin or changing the environment.
     """
@@ -105,11 +107,11 @@ def load_plugins() -> None:
         pm.unregister(plugin)
     load_errors.clear()
     origins.clear()
-    if not os.environ.get(DISABLE_ENV):
+    if not environ.get(DISABLE_ENV):
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             version = ep.dist.version if ep.dist is not None else None
             _register(ep.name, ep.load, PluginOrigin("entry point", version))
-    for spec in filter(None, (s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(","))):
+    for spec in filter(None, (s.strip() for s in environ.get(PLUGINS_ENV, "").split(","))):
         if spec.endswith(".py"):
             _register(spec, lambda spec=spec: _import_file(spec), PluginOrigin(PLUGINS_ENV))
         else:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,10 +169,10 @@ def launch_command(settings: TrainingSettings, metrics_file: Path, speculators_a
     return [*head, "-m", "eagle_assets.eagle3_checkpoint.trainer_process.launch", *own, "--", *speculators_argv]
 
 
-def process_env(devices: dict[str, str] | None = None) -> dict[str, str]:
-    """The training process's environment: the caller's, multicast off by default, unbuffered output, and
-    ``devices`` (``CUDA_VISIBLE_DEVICES`` of an online run's trainer)."""
-    return {**MULTICAST_OFF, **os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **(devices or {})}
+def process_env(devices: dict[str, str] | None = None, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The training process's environment: the caller's (``environ``), multicast off by default, unbuffered
+    output, and ``devices`` (``CUDA_VISIBLE_DEVICES`` of an online run's trainer)."""
+    return {**MULTICAST_OFF, **environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **(devices or {})}
 
 
 def _watched(proc: subprocess.Popen, watch: Callable[[], str | None], found: list[str]) -> threading.Event:

@@ -104,19 +104,20 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-def lineage_key(key_file: str | Path | None = None) -> bytes | None:
+def lineage_key(key_file: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> bytes | None:
     """The lineage key: ``key_file``'s contents, else ``$EAGLE_ASSETS_LINEAGE_KEY_FILE``'s, else
-    ``$EAGLE_ASSETS_LINEAGE_KEY`` itself; None when none is configured. An empty key is refused (it would
-    sign with nothing), as is a key file that cannot be read."""
-    key_file = key_file or os.environ.get(KEY_FILE_ENV) or None
+    ``$EAGLE_ASSETS_LINEAGE_KEY`` itself, as ``environ`` (this process's environment unless given) holds them;
+    None when none is configured. An empty key is refused (it would sign with nothing), as is a key file that
+    cannot be read."""
+    key_file = key_file or environ.get(KEY_FILE_ENV) or None
     if key_file is not None:
         try:
             key = Path(key_file).read_bytes().strip()
         except OSError as exc:
             raise LineageError(f"the lineage key file {key_file} cannot be read: {exc.strerror}") from None
         source = str(key_file)
-    elif KEY_ENV in os.environ:
-        key, source = os.environ[KEY_ENV].strip().encode(), f"${KEY_ENV}"
+    elif KEY_ENV in environ:
+        key, source = environ[KEY_ENV].strip().encode(), f"${KEY_ENV}"
     else:
         return None
     if not key:

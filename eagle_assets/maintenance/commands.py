@@ -11,23 +11,31 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
 
 
-def configured_instance(stack: contextlib.ExitStack):
-    """The Dagster instance of $DAGSTER_HOME, or None when it is unset or names no folder (said on stderr:
-    the checks that need the instance's record are then skipped, not failed)."""
+def command_environ(ctx: typer.Context) -> Mapping[str, str]:
+    """The environment a command reads: the mapping its caller passed as the context's ``obj``
+    (``CliRunner().invoke(app, args, obj={...})``), else this process's. A test passes one: other threads of
+    its process start servers and demos that inherit os.environ."""
+    return ctx.obj if isinstance(ctx.obj, Mapping) else os.environ
+
+
+def configured_instance(stack: contextlib.ExitStack, environ: Mapping[str, str] = os.environ):
+    """The Dagster instance of $DAGSTER_HOME (as ``environ`` names it), or None when it is unset or names no
+    folder (said on stderr: the checks that need the instance's record are then skipped, not failed)."""
     import dagster as dg
 
-    home = os.environ.get("DAGSTER_HOME")
+    home = environ.get("DAGSTER_HOME")
     if not home:
         return None
     if not Path(home).is_dir():
         typer.echo(f"note: $DAGSTER_HOME {home} is not a folder: no Dagster instance is read", err=True)
         return None
-    return stack.enter_context(dg.DagsterInstance.get())
+    return stack.enter_context(dg.DagsterInstance.from_config(home))
 
 
 def plugins(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from eagle_assets.maintenance.commands import configured_instance
+from eagle_assets.maintenance.commands import command_environ, configured_instance
 
 lineage_app = typer.Typer(
     help="Audit a checkpoint: its chain back to the prompts, and its stored hashes.", no_args_is_help=True
@@ -80,6 +80,7 @@ def _verify_progress():
 
 @lineage_app.command("verify")
 def lineage_verify(
+    ctx: typer.Context,
     checkpoint: Path = typer.Argument(..., help="Checkpoint folder (holds lineage.json)."),
     root: Path = typer.Option(None, "--root", help=_ROOT_HELP),
     quick: bool = typer.Option(
@@ -101,8 +102,9 @@ def lineage_verify(
     from eagle_assets.lineage.record import KEY_ENV, LineageError, lineage_key, sign_lineage
     from eagle_assets.lineage.verify import DEFAULT_SAMPLE, summary_line, verify_lineage
 
+    environ = command_environ(ctx)
     try:
-        key = lineage_key(key_file)
+        key = lineage_key(key_file, environ)
     except LineageError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -110,7 +112,7 @@ def lineage_verify(
         typer.echo(f"--sign needs the lineage key: --key-file or ${KEY_ENV}", err=True)
         raise typer.Exit(2)
     with contextlib.ExitStack() as stack:
-        instance = configured_instance(stack)
+        instance = configured_instance(stack, environ)
         try:
             with _verify_progress() as progress:
                 result = verify_lineage(

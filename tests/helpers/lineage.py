@@ -66,6 +66,21 @@ def train_checkpoint(assets, instance, resources, run: str) -> Path:
     return Path(result.get_asset_materialization_events()[0].materialization.metadata["path"].value)
 
 
+def train_checkpoint_at(home: str, root: str, verifier: str, run: str, out: str) -> None:
+    """:func:`train_checkpoint` of the chain over storage ``root`` on the verifier folder ``verifier``, recorded in
+    the instance at ``home``; the kept folder's path is written to the file ``out``. The body of a test that
+    runs it in an interpreter of its own (tests/helpers/fresh_interpreter.py): its environment holds what
+    this process's must not (a lineage key)."""
+    from transformers import AutoTokenizer
+
+    from eagle_assets.resources import Verifier
+
+    resources = {"storage": StorageRoot(root=root), "verifier": Verifier(model_path=verifier, device="cpu")}
+    with dg.DagsterInstance.from_config(home) as instance:
+        folder = train_checkpoint(chain_assets(AutoTokenizer.from_pretrained(verifier)), instance, resources, run)
+    Path(out).write_text(str(folder))
+
+
 def weight_reads(monkeypatch) -> list[Path]:
     """Every hashing of a ``model.safetensors`` from now on, by the modules that hash checkpoint files."""
     import eagle_assets.core.files

@@ -36,7 +36,8 @@ from eagle_assets.lineage.materializations import latest_materialization
 from eagle_assets.lineage.record import KEY_ENV, LINEAGE_DIGEST_KEY, read_lineage
 from eagle_assets.lineage.verify import verify_lineage
 from eagle_assets.resources import StorageRoot, Verifier
-from tests.helpers.lineage import chain_assets, train_checkpoint, weight_reads
+from tests.helpers.fresh_interpreter import call_with_environment
+from tests.helpers.lineage import chain_assets, weight_reads
 from tests.helpers.upstream import PARTITION
 
 runner = CliRunner()
@@ -67,13 +68,11 @@ def chain(tiny_verifier, tmp_path_factory):
         )
         assert upstream.success
         add_training_run(instance, RUN)
-        # Kept with a lineage key configured, as an operator who hands checkpoints to others would.
-        os.environ[KEY_ENV] = KEY
-        try:
-            ckpt = train_checkpoint(assets, instance, resources, RUN)
-        finally:
-            del os.environ[KEY_ENV]
-        yield instance, Path(storage.root), ckpt, home
+        # Kept with a lineage key configured, as an operator who hands checkpoints to others would: set only in
+        # the environment of an interpreter of its own (tests/helpers/fresh_interpreter.py says why).
+        kept, args = base / "kept", (str(home), storage.root, str(tiny_verifier), RUN)
+        call_with_environment("tests.helpers.lineage:train_checkpoint_at", *args, str(kept), environment={KEY_ENV: KEY})
+        yield instance, Path(storage.root), Path(kept.read_text()), home
 
 
 def test_lineage_records_dagster_provenance_and_every_file(chain):
@@ -254,8 +253,8 @@ def test_the_kept_checkpoint_is_signed_and_a_forged_record_fails_with_the_key(ch
     """Off the instance, only the signature catches a record edited with its sha256 rewritten to match."""
     _, _, ckpt, _ = chain
     assert (ckpt / LINEAGE_SIGNATURE_FILE).read_text().startswith("hmac-sha256 ")
-    keyed = {"DAGSTER_HOME": None, KEY_ENV: KEY}
-    result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env=keyed)
+    keyed = {KEY_ENV: KEY}  # the command's whole environment, as its context's obj: never set in os.environ
+    result = runner.invoke(app, ["lineage", "verify", str(ckpt)], obj=keyed)
     assert result.exit_code == 0 and f"lineage.sha256 and {LINEAGE_SIGNATURE_FILE}" in result.output, result.output
     record, digest_file = ckpt / LINEAGE_FILE, ckpt / LINEAGE_DIGEST_FILE
     original, original_digest = record.read_bytes(), digest_file.read_bytes()
@@ -264,9 +263,9 @@ def test_the_kept_checkpoint_is_signed_and_a_forged_record_fails_with_the_key(ch
         forged["training"]["training_run"] = "another-run"
         record.write_text(json.dumps(forged, indent=2, sort_keys=True) + "\n")
         digest_file.write_text(f"{file_sha256(record)}  {LINEAGE_FILE}\n")
-        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], env=keyed)
+        result = runner.invoke(app, ["lineage", "verify", str(ckpt)], obj=keyed)
         assert result.exit_code == 1 and f"signature: lineage {LINEAGE_SIGNATURE_FILE}" in result.output, result.output
-        alone = runner.invoke(app, ["lineage", "verify", str(ckpt)], env={"DAGSTER_HOME": None})
+        alone = runner.invoke(app, ["lineage", "verify", str(ckpt)], obj={})
         assert f"{LINEAGE_SIGNATURE_FILE} is present but unchecked" in alone.output, alone.output
     finally:
         record.write_bytes(original)

@@ -3,6 +3,7 @@ count, and a streamed process stopped once the caller has what it needs."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -38,12 +39,14 @@ def test_several_processes_launch_through_torchrun(tmp_path):
     ]
 
 
-def test_training_processes_run_with_nvlink_multicast_off_unless_told_otherwise(monkeypatch):
-    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
-    env = process_env()
+def test_training_processes_run_with_nvlink_multicast_off_unless_told_otherwise():
+    # This process's environment as a mapping of its own: the background demos' training inherits os.environ.
+    unset = {name: value for name, value in os.environ.items() if name != "NCCL_NVLS_ENABLE"}
+    env = process_env(environ=unset)
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
-    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # an operator who wants it on gets it
-    assert process_env()["NCCL_NVLS_ENABLE"] == "1"
+    told = {**unset, "NCCL_NVLS_ENABLE": "1"}  # an operator who wants it on gets it
+    assert process_env(environ=told)["NCCL_NVLS_ENABLE"] == "1"
+    assert process_env.__defaults__[-1] is os.environ  # the process's, read when called
 
 
 def test_training_processes_default_to_every_gpu_and_never_exceed_them():

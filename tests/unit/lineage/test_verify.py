@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -34,8 +35,8 @@ from tests.helpers.lineage import weight_reads
 
 runner = CliRunner()
 KEY = b"a lineage key for the tests"
-# No instance and no key unless a test gives them.
-NO_ENV = {"DAGSTER_HOME": None, KEY_ENV: None, KEY_FILE_ENV: None}
+# `lineage verify`'s environment, as its context's obj (never os.environ: docs/tests.md): no instance, no key.
+NO_ENV: dict[str, str] = {}
 
 
 def make_checkpoint(
@@ -179,7 +180,7 @@ def test_a_forged_record_passes_without_the_key_and_fails_with_it(tmp_path):
     assert keyed.signature == "mismatch"
     assert [(p.kind, p.path) for p in keyed.problems] == [("signature", LINEAGE_SIGNATURE_FILE)]
     assert "does not match lineage.json" in keyed.problems[0].detail
-    result = runner.invoke(app, ["lineage", "verify", str(folder)], env={**NO_ENV, KEY_ENV: KEY.decode()})
+    result = runner.invoke(app, ["lineage", "verify", str(folder)], obj={**NO_ENV, KEY_ENV: KEY.decode()})
     assert result.exit_code == 1 and f"signature: lineage {LINEAGE_SIGNATURE_FILE}" in result.output, result.output
 
 
@@ -187,11 +188,11 @@ def test_a_missing_signature_fails_when_a_key_is_given(tmp_path):
     folder = make_checkpoint(tmp_path / "data")
     key_file = tmp_path / "key"
     key_file.write_text(KEY.decode() + "\n")
-    result = runner.invoke(app, ["lineage", "verify", str(folder), "--key-file", str(key_file)], env=NO_ENV)
+    result = runner.invoke(app, ["lineage", "verify", str(folder), "--key-file", str(key_file)], obj=NO_ENV)
     assert result.exit_code == 1, result.output
     assert f"signature: lineage {LINEAGE_SIGNATURE_FILE}" in result.output and "--sign" in result.output
     # --sign signs only a record the Dagster instance confirms.
-    result = runner.invoke(app, ["lineage", "verify", str(folder), "--key-file", str(key_file), "--sign"], env=NO_ENV)
+    result = runner.invoke(app, ["lineage", "verify", str(folder), "--key-file", str(key_file), "--sign"], obj=NO_ENV)
     assert result.exit_code == 1 and "not signed: the Dagster instance did not confirm" in result.output
     assert not (folder / LINEAGE_SIGNATURE_FILE).exists()
 
@@ -204,7 +205,7 @@ def test_sign_writes_the_signature_of_a_record_the_instance_confirms(tmp_path):
         metadata = {"path": str(folder), LINEAGE_DIGEST_KEY: file_sha256(folder / LINEAGE_FILE)}
         instance.report_runless_asset_event(dg.AssetMaterialization(EAGLE3_CHECKPOINT, metadata=metadata))
         env = {**NO_ENV, "DAGSTER_HOME": str(home), KEY_ENV: KEY.decode()}
-        result = runner.invoke(app, ["lineage", "verify", str(folder), "--sign"], env=env)
+        result = runner.invoke(app, ["lineage", "verify", str(folder), "--sign"], obj=env)
         assert result.exit_code == 0, result.output
         assert "matches lineage.sha256 and the Dagster instance and lineage.sig (signed now)" in result.output
         assert verify_lineage(folder, instance=instance, key=KEY).problems == []
@@ -212,36 +213,36 @@ def test_sign_writes_the_signature_of_a_record_the_instance_confirms(tmp_path):
 
 def test_the_command_names_the_tier_and_what_it_cannot_tell_without_a_key(tmp_path):
     folder = make_checkpoint(tmp_path / "data")
-    full = runner.invoke(app, ["lineage", "verify", str(folder), "--workers", "2"], env=NO_ENV)
+    full = runner.invoke(app, ["lineage", "verify", str(folder), "--workers", "2"], obj=NO_ENV)
     assert full.exit_code == 0, full.output
     assert full.output.startswith("ok: lineage.json matches lineage.sha256; 16 artifacts match their recorded sha256")
     assert "full tier" in full.output and "MB/s" in full.output
     assert "checks only that the record is self-consistent" in full.output
     quick = runner.invoke(
-        app, ["lineage", "verify", str(folder), "--quick", "--sample", "3", "--seed", "11"], env=NO_ENV
+        app, ["lineage", "verify", str(folder), "--quick", "--sample", "3", "--seed", "11"], obj=NO_ENV
     )
     assert quick.exit_code == 0, quick.output
     assert "3 sampled ones their sha256 (quick tier)" in quick.output and "--quick --sample 3 --seed 11" in quick.output
-    keyed = runner.invoke(app, ["lineage", "verify", str(folder)], env={**NO_ENV, KEY_ENV: KEY.decode()})
+    keyed = runner.invoke(app, ["lineage", "verify", str(folder)], obj={**NO_ENV, KEY_ENV: KEY.decode()})
     assert keyed.exit_code == 1 and "self-consistent" not in keyed.output  # the key: no caveat, and no signature
 
 
-def test_the_lineage_key_comes_from_a_file_or_the_environment(tmp_path, monkeypatch):
-    for name in (KEY_ENV, KEY_FILE_ENV):
-        monkeypatch.delenv(name, raising=False)
-    assert lineage_key() is None
-    monkeypatch.setenv(KEY_ENV, "from-env")
-    assert lineage_key() == b"from-env"
+def test_the_lineage_key_comes_from_a_file_or_the_environment(tmp_path):
+    environ = {name: value for name, value in os.environ.items() if name not in (KEY_ENV, KEY_FILE_ENV)}
+    assert lineage_key(environ=environ) is None
+    environ[KEY_ENV] = "from-env"
+    assert lineage_key(environ=environ) == b"from-env"
     key_file = tmp_path / "key"
     key_file.write_text("  from-file\n")
-    monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
-    assert lineage_key() == b"from-file"
-    assert lineage_key(key_file) == b"from-file"
+    environ[KEY_FILE_ENV] = str(key_file)
+    assert lineage_key(environ=environ) == b"from-file"
+    assert lineage_key(key_file, environ) == b"from-file"
     key_file.write_text("\n")
     with pytest.raises(LineageError, match="empty"):
-        lineage_key()
+        lineage_key(environ=environ)
     with pytest.raises(LineageError, match="cannot be read"):
-        lineage_key(tmp_path / "absent")
+        lineage_key(tmp_path / "absent", environ)
+    assert lineage_key.__defaults__[-1] is os.environ  # the process's, read when called
 
 
 def test_features_computed_online_are_named_as_never_stored(tmp_path):

@@ -5,6 +5,7 @@ MATH-500 and AIME; a bad row skipped under a named reason; a missing suite namin
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -162,7 +163,7 @@ def test_a_hub_snapshot_is_read_like_a_local_folder_and_versioned_by_its_commit(
     assert aime.resolved_version(str(local)).startswith("1+") and aime.resolved_version(str(local)) != "1+"
 
 
-def test_a_plugin_registers_its_own_suite_and_a_wrong_object_is_a_load_error(tmp_path, monkeypatch):
+def test_a_plugin_registers_its_own_suite_and_a_wrong_object_is_a_load_error(tmp_path):
     plugin = tmp_path / "my_suites.py"
     plugin.write_text(
         "from eagle_assets import hookimpl\n"
@@ -175,15 +176,14 @@ def test_a_plugin_registers_its_own_suite_and_a_wrong_object_is_a_load_error(tmp
         "    register(Mine(name='mine', description='my prompts', category='chat'))\n"
         "    register('not a suite')\n"
     )
-    monkeypatch.setenv(plugin_manager.PLUGINS_ENV, str(plugin))
     try:
-        plugin_manager.load_plugins()
+        # Named in a mapping of the test's own: the background resources' processes inherit os.environ.
+        plugin_manager.load_plugins({**os.environ, plugin_manager.PLUGINS_ENV: str(plugin)})
         mine = plugin_manager.eval_suite("mine")
         assert isinstance(mine, EvalSuite) and [p.prompt_id for p in mine.prompts()] == ["q1"]
         plugin_manager.eval_suites()  # the second register() raises: recorded, the plugin's first suite kept
         [error] = [e for e in plugin_manager.load_errors if e.plugin == str(plugin)]
         assert "register_eval_suites: TypeError: register() for eval suites needs a EvalSuite, got str" in error.error
     finally:
-        monkeypatch.delenv(plugin_manager.PLUGINS_ENV)
         plugin_manager.load_plugins()
     assert "mine" not in plugin_manager.eval_suites()

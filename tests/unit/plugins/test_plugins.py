@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,19 +31,16 @@ def materialize_prompts(defs, partition):
 
 
 @pytest.fixture
-def reload_plugins(monkeypatch):
-    """Reload the plugin manager under a patched environment, and restore it afterwards."""
+def reload_plugins():
+    """Reload the plugin manager under this process's environment with ``env`` over it (None: unset), and
+    restore it afterwards. The environment is a mapping of the test's own: the background resources' processes
+    inherit os.environ, and load plugins too (docs/tests.md)."""
 
     def reload(**env):
-        for key, value in env.items():
-            if value is None:
-                monkeypatch.delenv(key, raising=False)
-            else:
-                monkeypatch.setenv(key, value)
-        plugin_manager.load_plugins()
+        environ = {**os.environ, **env}
+        plugin_manager.load_plugins({key: value for key, value in environ.items() if value is not None})
 
     yield reload
-    monkeypatch.undo()
     plugin_manager.load_plugins()
 
 
