@@ -17,6 +17,9 @@ loaders and trainer, with this project's additions), then, instead of training e
    copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), \
 to show what removing them is worth; ``--padded-rows`` times them once more with each packed row padded
    to ``total_seq_len`` (speculators' layout), to show what ending rows at their samples is worth;
+   ``--without-forced-graph-break`` runs the whole probe with the draft layer compiled as one graph
+   (speculators forces a break in it on torch >= 2.10, for pytorch#175250), to show what that break costs
+   (compare with a run without the flag);
 3. with ``--profile-resident N``: profiles N resident steps (torch.profiler) and prints the kernel time
    by op (top device ops), the device's busy share of the wall time (the rest: idle gaps between
    kernels), and torch.compile's graph and recompile counters; the table also goes to
@@ -40,6 +43,7 @@ import itertools
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,6 +178,25 @@ def probe(trainer, args) -> None:
         profile_real_steps(trainer, real_loader, args.profile_steps)
 
 
+def torch_before_the_break():
+    """torch as speculators' draft layer sees it without its forced break: reporting 2.9 (the break is for
+    >= 2.10), every other name the real one's, so the compiled graph is the same but for the break."""
+    import torch
+    from torch.torch_version import TorchVersion
+
+    view = types.ModuleType("torch")
+    view.__dict__.update(vars(torch))
+    view.__version__ = TorchVersion("2.9.0")
+    return view
+
+
+def without_forced_graph_break() -> None:
+    from speculators.models.eagle3 import model_definitions
+
+    model_definitions.torch = torch_before_the_break()
+    print("probe: the draft layer compiles without speculators' forced graph break", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resident-batches", type=int, default=8)
@@ -189,6 +212,11 @@ def main() -> None:
         "--padded-rows",
         action="store_true",
         help="also time the resident steps with their rows padded to total_seq_len, as speculators' collate pads them",
+    )
+    parser.add_argument(
+        "--without-forced-graph-break",
+        action="store_true",
+        help="compile speculators' draft layer as one graph (it forces a break on torch >= 2.10)",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="profile this many real-loader steps")
     parser.add_argument(
@@ -211,6 +239,8 @@ def main() -> None:
 
     def install_then_probe(patience, speculators_argv):
         install(patience, speculators_argv)
+        if args.without_forced_graph_break:
+            without_forced_graph_break()
         from speculators.train import cli
 
         class ProbeTrainer(cli.Trainer):

@@ -1,5 +1,5 @@
-"""The GPU-bound probe: its padded rows are speculators' rows (what it compares ours with), and its result line
-is the one train_gpu.py reads."""
+"""The GPU-bound probe: its padded rows are speculators' rows (what it compares ours with), its result line
+is the one train_gpu.py reads, and its draft without speculators' forced graph break has none."""
 
 from __future__ import annotations
 
@@ -38,3 +38,44 @@ def test_train_gpu_reads_the_rate_of_the_steps_as_trained_from_the_probes_line()
     log.info(resident_line("fused", "rows padded to 9216 as speculators pads them", 24, 172167, 4.188, "x", 0.4))
     log.info(resident_line("eager", AS_TRAINED, 24, 172167, 3.9, "llama-3.1-8b", 0.43))
     assert log.rates == {"fused": 46306.0, "eager": 44145.0}
+
+
+def test_without_the_forced_break_the_draft_layer_compiles_as_one_graph(monkeypatch):
+    """What ``--without-forced-graph-break`` compares: the same draft, its layer's user-inserted break gone."""
+    from speculators.models.eagle3 import model_definitions
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import CollateFn
+    from torch._dynamo.utils import counters
+    from transformers import LlamaConfig
+
+    from benchmarks.train_step_probe import torch_before_the_break
+    from tests.helpers.drafts import eagle3_draft
+
+    layer = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=1024,
+    )
+    layer._attn_implementation = "sdpa"
+    draft = eagle3_draft(layer, 64, "LlamaForCausalLM")
+    batch = CollateFn(256, 32, 3, dtype=torch.float32, preprocess=shift_batch)([training_sample(100, 32, vocab=64)])
+    skipped = ("error_records", "verifier_last_hidden_states")  # the forward alone: no loss, no backward
+    batch = {key: value for key, value in batch.items() if key not in skipped}
+
+    def user_breaks() -> int:
+        def count() -> int:
+            return sum(n for reason, n in counters["graph_break"].items() if "graph_break()" in reason)
+
+        torch._dynamo.reset()
+        before = count()
+        torch.compile(draft, backend="eager")(**batch, ttt_steps=2)
+        return count() - before
+
+    assert user_breaks() > 0  # as speculators ships it on torch >= 2.10
+    monkeypatch.setattr(model_definitions, "torch", torch_before_the_break())
+    assert user_breaks() == 0
