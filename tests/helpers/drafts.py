@@ -22,3 +22,22 @@ def eagle3_draft(layer, draft_vocab_size: int, verifier_architecture: str):
         ),
     )
     return Eagle3DraftModel(config)
+
+
+def llama_layer(vocab_size: int, hidden_size: int, head_dim: int, intermediate_size: int, max_positions: int):
+    """A one-layer Llama config of two query heads and one KV head, attention through sdpa: a draft layer
+    small enough for CPU tests."""
+    from transformers import LlamaConfig
+
+    layer = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        max_position_embeddings=max_positions,
+    )
+    layer._attn_implementation = "sdpa"
+    return layer

@@ -46,22 +46,11 @@ def test_without_the_forced_break_the_draft_layer_compiles_as_one_graph(monkeypa
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import CollateFn
     from torch._dynamo.utils import counters
-    from transformers import LlamaConfig
 
     from benchmarks.train_step_probe import torch_before_the_break
-    from tests.helpers.drafts import eagle3_draft
+    from tests.helpers.drafts import eagle3_draft, llama_layer
 
-    layer = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=1024,
-    )
-    layer._attn_implementation = "sdpa"
+    layer = llama_layer(64, 32, head_dim=16, intermediate_size=64, max_positions=1024)
     draft = eagle3_draft(layer, 64, "LlamaForCausalLM")
     batch = CollateFn(256, 32, 3, dtype=torch.float32, preprocess=shift_batch)([training_sample(100, 32, vocab=64)])
     skipped = ("error_records", "verifier_last_hidden_states")  # the forward alone: no loss, no backward

@@ -59,22 +59,11 @@ def test_a_cut_row_trains_the_draft_exactly_as_the_padded_row():
     from speculators.losses.eager import kl_div_loss
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import CollateFn
-    from transformers import LlamaConfig
 
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import trim_padding
-    from tests.helpers.drafts import eagle3_draft
+    from tests.helpers.drafts import eagle3_draft, llama_layer
 
-    layer = LlamaConfig(
-        vocab_size=300,
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=2048,
-    )
-    layer._attn_implementation = "sdpa"
+    layer = llama_layer(300, HIDDEN, head_dim=32, intermediate_size=128, max_positions=2048)
     torch.manual_seed(0)
     draft = eagle3_draft(layer, 300, "LlamaForCausalLM")
     with torch.no_grad():
