@@ -64,6 +64,7 @@ everything is flushed to disk before training and read from the page cache by ev
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -148,11 +149,11 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
 
 def write_data(args, config, captured: list[int], draft_vocab: int, device: str):
     """The verifier head, the random features (and their fp8 copy), the training folder and draft vocab:
-    (data, vocab, fp8 (data, vocab) or None, when writing started)."""
-    shutil.rmtree(args.work, ignore_errors=True)
+    (data, vocab, fp8 (data, vocab) or None, when writing started). Features that an earlier job on this
+    machine wrote with the same settings (``features.json``) are kept: a set resumed over several device
+    calls writes its GBs once."""
     verifier, storage, work = args.work / "verifier", args.work / "storage", args.work / "work"
     started = time.perf_counter()
-    write_head_only_verifier(verifier, config, device=device)
     features = dict(
         verifier_path=verifier,
         layer_ids=captured,
@@ -163,18 +164,28 @@ def write_data(args, config, captured: list[int], draft_vocab: int, device: str)
         device=device,
         distinct_rows=args.distinct_rows,
     )
-    write_random_features(storage, "bench", **features)
+    stamp = json.dumps(dict(features, verifier_path=str(verifier), shape=args.shape, fp8=args.fp8_features))
+    kept = (args.work / "features.json").exists() and (args.work / "features.json").read_text() == stamp
+    if kept:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        shutil.rmtree(args.work, ignore_errors=True)
+        write_head_only_verifier(verifier, config, device=device)
+        write_random_features(storage, "bench", **features)
+        if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
+            write_random_features(args.work / "storage-fp8", "bench", **features, feature_dtype="fp8")
+        (args.work / "features.json").write_text(stamp)
     setup_log = StampedLog("setup")
     data = build_training_data(storage, ["bench"], work, log=setup_log)
     vocab = build_draft_vocab(data.path, draft_vocab, config.vocab_size, log=setup_log)
     fp8 = None
-    if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
-        write_random_features(args.work / "storage-fp8", "bench", **features, feature_dtype="fp8")
+    if args.fp8_features:
         fp8_data = build_training_data(args.work / "storage-fp8", ["bench"], work, log=setup_log)
         fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, config.vocab_size, log=setup_log))
     os.sync()  # no write-back of the fresh files while the first run is being timed
     print(
-        f"data: {data.num_rows} rows, {data.num_tokens} tokens, written in {time.perf_counter() - started:.0f}s",
+        f"data: {data.num_rows} rows, {data.num_tokens} tokens, {'features kept, ' if kept else ''}"
+        f"written in {time.perf_counter() - started:.0f}s",
         flush=True,
     )
     return data, vocab, fp8, started
