@@ -30,6 +30,9 @@ callable under torch.compile
   8 batches kept on the GPU (no data loading), timed after compilation -- the ceiling ``ours`` is
   measured against (``gpu_bound_fraction`` = median(ours) / median(gpu-bound)); the probe also times the
   eager loss and, with ``--probe-args``, more (see its docstring);
+- ``gpu-bound-no-break``: the same probe with speculators' forced graph break in the draft layer taken out
+  (``--without-forced-graph-break``); beside ``gpu-bound`` (``--once`` empty, so both repeat) the summary
+  prints ``no_break_step_ratio`` = median(no-break) / median(gpu-bound);
 - ``speculators-wN``: the same CLI given our worker count too (``--num-workers N``): our change *is*
   the loader (its worker count and memory reuse), so both baselines are shown;
 - ``ours-fp8`` (with ``--fp8-features``): ``ours`` on the same rows stored as FP8 (hs-connectors' format,
@@ -108,7 +111,11 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--epochs", type=int, default=2, help="epochs 2..N are timed (epoch 1 compiles)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, in rotating order")
     parser.add_argument(
-        "--variants", nargs="*", default=None, help="subset of: ours speculators speculators-wN ours-fp8 (default: all)"
+        "--variants",
+        nargs="*",
+        default=None,
+        help="subset of: ours speculators gpu-bound gpu-bound-no-break speculators-wN speculators-fused ours-fp8 "
+        "(default: all)",
     )
     parser.add_argument(
         "--fp8-features", action="store_true", help="also train on the same rows stored as fp8 (variant ours-fp8)"

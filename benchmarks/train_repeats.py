@@ -16,6 +16,7 @@ from pathlib import Path
 
 from benchmarks.train_runs import probe_run, timed_run
 from benchmarks.train_summary import Tally
+from benchmarks.train_variants import PROBE_VARIANTS
 from eagle_assets.eagle3_checkpoint import trainer
 
 
@@ -100,7 +101,7 @@ class Repeats:
     def measure(self, name: str, repeat: int, save: Path, run_started: float, tally: Tally, record: dict):
         """(tokens/s, start-up seconds, printed line) of one run; the span rate goes to ``tally`` and ``record``."""
         epochs = self.args.epochs
-        if name == "gpu-bound":
+        if name in PROBE_VARIANTS:
             rate, startup, probe_log = probe_run(name, self.commands[name](save), save, self.settings_loss)
             line = (
                 f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from benchmarks.spread import spread
+from benchmarks.train_variants import GPU_BOUND_NO_BREAK
 
 
 class Tally:
@@ -94,6 +95,14 @@ def summary_lines(names: list[str], tally: Tally, settings_loss: str) -> list[st
     for name in names:
         if name != "ours" and tally.rates.get("ours"):
             summary.extend(ratio_lines(name, tally, settings_loss))
+    with_break, without = tally.rates.get("gpu-bound"), tally.rates.get(GPU_BOUND_NO_BREAK)
+    if with_break and without:
+        paired = [a / b for a, b in zip(without, with_break)]
+        summary.append(
+            f"no_break_step_ratio={statistics.median(without) / statistics.median(with_break):.3f} "
+            f"(resident-step rate without speculators' forced graph break over with it; per repeat "
+            f"{' '.join(f'{r:.3f}' for r in paired)})"
+        )
     return summary
 
 

@@ -1,5 +1,6 @@
 """The command line of each variant ``benchmarks/train_gpu.py`` times: ours, the ``speculators train`` CLI
-(eager loss, its default fused loss, our worker count), the gpu-bound probe, and ours on fp8 features.
+(eager loss, its default fused loss, our worker count), the gpu-bound probe (as ours trains, and with
+speculators' forced graph break in the draft layer taken out), and ours on fp8 features.
 
 Needs the repository root on ``sys.path`` (the entry scripts put it there).
 """
@@ -14,6 +15,10 @@ from eagle_assets.eagle3_checkpoint import trainer
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings
 
 ROOT = Path(__file__).resolve().parent.parent
+# The probe with the draft layer compiled as one graph (train_step_probe.py --without-forced-graph-break).
+GPU_BOUND_NO_BREAK = "gpu-bound-no-break"
+# The variants that run the probe (timed by its resident steps, not by epochs).
+PROBE_VARIANTS = ("gpu-bound", GPU_BOUND_NO_BREAK)
 
 
 def speculators_cli(
@@ -80,10 +85,10 @@ def variant_commands(
         argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
         return trainer.launch_command(settings, save / "metrics.jsonl", argv)
 
-    def gpu_bound(save: Path) -> list[str]:
+    def gpu_bound(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
         argv = trainer.speculators_flags(settings, data, vocab, str(verifier), save / "checkpoints", on_cpu=False)
         probe = str(ROOT / "benchmarks" / "train_step_probe.py")
-        return [sys.executable, probe, *probe_args, "--metrics-file", str(save / "metrics.jsonl"), "--", *argv]
+        return [sys.executable, probe, *probe_args, *extra, "--metrics-file", str(save / "metrics.jsonl"), "--", *argv]
 
     def cli(save: Path, extra: tuple[str, ...] = ()) -> list[str]:
         return speculators_cli(settings, data, vocab, verifier, layer_ids, mask_token_id, save, extra)
@@ -95,6 +100,7 @@ def variant_commands(
         "ours": ours,
         "speculators": eager_cli,
         "gpu-bound": gpu_bound,
+        GPU_BOUND_NO_BREAK: lambda save: gpu_bound(save, ("--without-forced-graph-break",)),
         f"speculators-w{workers}": lambda save: eager_cli(save, ("--num-workers", str(workers))),
         "speculators-fused": cli,
     }
