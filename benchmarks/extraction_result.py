@@ -45,6 +45,17 @@ def result_fields(job, equivalence: dict, rates: dict[str, list], fp8_cosine: fl
         "written_gb_per_s": round(med(rates["written"]) / 1e9, 3),
         "bytes_per_token": round(med(rates["bytes_per_token"])),
     }
+    result["host_buffers"] = args.host_buffers
+    result["host_wait_s_per_run"] = [round(w, 2) for w in rates["host_wait_s"]]
+    if rates["alt"]:
+        result.update(
+            alt_host_buffers=args.alt_host_buffers,
+            alt_extract_tok_s=round(med(rates["alt"])),
+            alt_runs_tok_s=[round(r) for r in rates["alt"]],
+            alt_host_wait_s_per_run=[round(w, 2) for w in rates["alt_host_wait_s"]],
+            alt_vs_extract_ratio=round(med(rates["alt"]) / med(extract), 3),
+            alt_vs_forward_ratio=round(med(rates["alt"]) / med(forward), 3),
+        )
     if rates["fp8"]:
         result.update(fp8_fields(rates, fp8_cosine))
     if job.datasheet:

@@ -28,6 +28,10 @@ writes). ``extract_vs_forward_ratio`` = median extractor tok/s / median forward 
 bf16 path's (worst per-token cosine), and ``fp8_vs_bf16_extract_ratio`` = median fp8 tok/s / median bf16
 tok/s is printed with both rates and bytes per token, and ``fp8_extract_vs_forward_ratio`` = median fp8 tok/s /
 median forward tok/s.
+
+Every extractor run also reports how long its forward loop waited for a free host buffer (``host_wait_s``:
+writes holding the GPU back). ``--alt-host-buffers N`` adds the bf16 extractor with N host buffers
+instead of ``--host-buffers`` to every repeat (``alt_vs_extract_ratio``).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from benchmarks.extraction_paths import (  # noqa: E402
 from benchmarks.extraction_result import print_result, result_fields  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.core.layout import BF16  # noqa: E402
-from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor  # noqa: E402
+from eagle_assets.plugins.transformers_extraction import HOST_BUFFERS, HiddenStateExtractor  # noqa: E402
 
 
 def sync(device: str) -> None:
@@ -113,6 +117,8 @@ def parse_args() -> argparse.Namespace:
         help="row lengths, uniform at random in [MIN, MAX]",
     )
     parser.add_argument("--batch-tokens", type=int, default=None)
+    parser.add_argument("--host-buffers", type=int, default=HOST_BUFFERS, help="pinned host buffers per extractor")
+    parser.add_argument("--alt-host-buffers", type=int, default=None, help="also time bf16 with this many")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs of both paths")
     parser.add_argument("--out", default=None, help="write-and-delete folder (default: a temp dir)")
     parser.add_argument(
@@ -150,6 +156,7 @@ class Job:
 
     def extractor(self, **kwargs) -> HiddenStateExtractor:
         n, hidden = self.config.num_hidden_layers, self.config.hidden_size
+        kwargs.setdefault("host_buffers", self.args.host_buffers)
         return HiddenStateExtractor(self.model, n, hidden, self.layer_ids, batch_tokens=self.batch_tokens, **kwargs)
 
 
@@ -188,17 +195,25 @@ def setup(args) -> Job:
     )
 
 
-def time_repeat(job: Job, extractor, fp8_extractor, timed_rows, repeat: int, rates: dict[str, list]) -> None:
-    """Every path once over ``timed_rows`` (the naive loop over the first ``naive_samples``), added to ``rates``."""
+def time_repeat(job: Job, extractors: dict, timed_rows, repeat: int, rates: dict[str, list]) -> None:
+    """Every path once over ``timed_rows`` (the naive loop over the first ``naive_samples``), added to ``rates``;
+    ``extractors``: bf16, and fp8 / alt (other host buffers) where asked for."""
     model, device = job.model, job.device
+    extractor, fp8_extractor = extractors["bf16"], extractors.get("fp8")
     tokens = sum(len(ids) for _, ids in timed_rows)
     flops = sum(row_flops(model, job.config, len(ids)) for _, ids in timed_rows)
+
+    def alt_run():
+        seconds = timed(lambda: extractors["alt"].run(timed_rows, job.writer()), device)
+        rates["alt"].append(tokens / seconds)
+        rates["alt_host_wait_s"].append(extractors["alt"].host_wait_s)
 
     def bf16_run():
         sink = job.writer()
         seconds = timed(lambda: extractor.run(timed_rows, sink), device)
         written = sum(w.bytes for w in sink.written.values())
         rates["extract"].append(tokens / seconds)
+        rates["host_wait_s"].append(extractor.host_wait_s)
         rates["extract_mfu"].append(flops / seconds)
         rates["written"].append(written / seconds)
         rates["bytes_per_token"].append(written / tokens)
@@ -221,6 +236,7 @@ def time_repeat(job: Job, extractor, fp8_extractor, timed_rows, repeat: int, rat
 
     # The paths take turns going first (rotating order), so none always meets a cold or a warm machine.
     order = [forward_run, bf16_run, capture_run] + ([fp8_run] if fp8_extractor is not None else [])
+    order += [alt_run] if "alt" in extractors else []
     for run in order[repeat % len(order) :] + order[: repeat % len(order)]:
         run()
     print(
@@ -234,7 +250,8 @@ def time_repeat(job: Job, extractor, fp8_extractor, timed_rows, repeat: int, rat
     rates["naive"].append(sum(len(ids) for _, ids in naive_rows) / naive_s)
     rates["naive_mfu"].append(sum(row_flops(model, job.config, len(ids)) for _, ids in naive_rows) / naive_s)
     print(
-        f"repeat {repeat + 1}: extract {rates['extract'][-1]:.0f} tok/s, naive {rates['naive'][-1]:.0f} tok/s",
+        f"repeat {repeat + 1}: extract {rates['extract'][-1]:.0f} tok/s (waited {rates['host_wait_s'][-1]:.2f}s for "
+        f"host buffers), naive {rates['naive'][-1]:.0f} tok/s",
         flush=True,
     )
 
@@ -255,20 +272,24 @@ def main() -> None:
     warmup, check = rows(8, 0), rows(8, 8)
     timed_sets = [rows(job.samples, 1000 * (r + 1)) for r in range(args.repeats)]
     extractor = job.extractor()
+    extractors = {"bf16": extractor}
+    if args.alt_host_buffers:
+        extractors["alt"] = job.extractor(host_buffers=args.alt_host_buffers)
+        extractors["alt"].run(warmup, job.writer())
     extractor.run(warmup, job.writer())  # allocator, kernels
     naive_loop(job.model, warmup[:1], layer_ids, job.writer(), job.device)
     equivalence = compare_paths(job.model, extractor, check, layer_ids, job.device)
     print(f"equivalence: {equivalence}", flush=True)
     fp8_extractor = fp8_cosine = None
     if args.dtype == "fp8":
-        fp8_extractor = job.extractor(feature_dtype="fp8")
+        fp8_extractor = extractors["fp8"] = job.extractor(feature_dtype="fp8")
         fp8_extractor.run(warmup, job.writer("fp8"))
         fp8_cosine = fp8_agreement(extractor, fp8_extractor, check)
         print(f"fp8 min_token_cosine vs bf16: {fp8_cosine:.5f}", flush=True)
 
     rates: dict[str, list] = defaultdict(list)
     for repeat, timed_rows in enumerate(timed_sets):
-        time_repeat(job, extractor, fp8_extractor, timed_rows, repeat, rates)
+        time_repeat(job, extractors, timed_rows, repeat, rates)
     result = result_fields(job, equivalence, rates, fp8_cosine)
     print_result(result, job, bool(rates["fp8"]))
     if os.environ.get("OUT"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ class HiddenStateExtractor:
         batch_tokens: int = 16384,
         writer_threads: int = WRITER_THREADS,
         feature_dtype: str = "bfloat16",
+        host_buffers: int = HOST_BUFFERS,
     ):
         import torch
 
@@ -98,6 +100,9 @@ class HiddenStateExtractor:
         self.hidden_size = hidden_size
         self.batch_tokens = batch_tokens
         self.writer_threads = writer_threads
+        self.host_buffers = host_buffers
+        # Seconds the last run's forward loop waited for a host buffer: the writes holding the GPU back.
+        self.host_wait_s = 0.0
         self.device = next(model.parameters()).device
         self.cuda = self.device.type == "cuda"
         layers = decoder_layers(model, num_layers)
@@ -127,7 +132,7 @@ class HiddenStateExtractor:
             )
 
         host: queue.Queue = queue.Queue()
-        for _ in range(HOST_BUFFERS):
+        for _ in range(self.host_buffers):
             host.put(pair("cpu", self.cuda))
         quantized = [pair(self.device, False) for _ in capture] if self.fp8 else None
         return _Buffers(capture, host, quantized)
@@ -165,6 +170,7 @@ class HiddenStateExtractor:
         errors: list[BaseException] = []
         counts = {"samples": 0, "tokens": 0}
         lock = threading.Lock()
+        self.host_wait_s = 0.0
         pool = ThreadPoolExecutor(self.writer_threads, thread_name_prefix="hidden-states-writer")
 
         def write(host, ready, sample_view, scales_view, i, remaining):
@@ -215,7 +221,9 @@ class HiddenStateExtractor:
                         if self.fp8
                         else (capture, None)
                     )
+                    waiting = time.perf_counter()
                     host = buffers.host.get()  # blocks while every host buffer is being written out
+                    self.host_wait_s += time.perf_counter() - waiting
                     views = [
                         None if h is None else h[: len(batch) * width].view_as(src) for h, src in zip(host, source)
                     ]
