@@ -137,8 +137,8 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
         type=float,
         default=None,
         help="start no run that would likely end past this many seconds (the last run's length "
-        "as its estimate, or the shortest run's for a variant not run yet); the summary "
-        "covers the runs done",
+        "as its estimate, or the shortest run's for a variant not run yet), nor any run after it, so "
+        "that a job resumed from --runs-file keeps the rotating order; the summary covers the runs done",
     )
     parser.add_argument(
         "--runs-file",

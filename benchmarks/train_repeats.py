@@ -58,6 +58,7 @@ class Repeats:
         tally = Tally(names)
         finished = load_finished(self.args.runs_file, setup_key)
         run_seconds: dict[str, float] = {}
+        stopped = False
         for repeat in range(self.args.repeats):
             order = names[repeat % len(names) :] + names[: repeat % len(names)]
             for name in order:
@@ -70,6 +71,8 @@ class Repeats:
                 # far (the first run of a process compiles cold and is no estimate of the warm ones after it).
                 estimate = run_seconds.get(name, min(run_seconds.values(), default=0.0))
                 if self.args.time_budget_s and time.perf_counter() - self.started + estimate > self.args.time_budget_s:
+                    stopped = True  # no later run either: a resumed job goes on in the same rotating order
+                if stopped:
                     continue
                 run_seconds[name] = self.run_once(name, repeat, tally, dict(setup=setup_key, repeat=repeat, name=name))
         return tally
