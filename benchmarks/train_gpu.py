@@ -86,6 +86,7 @@ from benchmarks.train_repeats import Repeats  # noqa: E402
 from benchmarks.train_runs import StampedLog, tokens_per_epoch  # noqa: E402
 from benchmarks.train_summary import report_missing, result_line, summary_lines  # noqa: E402
 from benchmarks.train_variants import variant_commands  # noqa: E402
+from benchmarks.train_warmup import warm_compile  # noqa: E402
 from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
@@ -139,6 +140,13 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
         help="start no run that would likely end past this many seconds (the last run's length "
         "as its estimate, or the shortest run's for a variant not run yet), nor any run after it, so "
         "that a job resumed from --runs-file keeps the rotating order; the summary covers the runs done",
+    )
+    parser.add_argument(
+        "--warm-compile",
+        type=float,
+        metavar="LIMIT_S",
+        help="first run every training variant's first epoch in parallel, untimed, stopped after its first "
+        "validation or LIMIT_S: their cold compilations overlap (benchmarks/train_warmup.py)",
     )
     parser.add_argument(
         "--runs-file",
@@ -276,10 +284,11 @@ def main() -> None:
         device=torch.cuda.get_device_name(),
         shape=args.shape,
     )
+    warm_lines = warm_compile(commands, names, work, args.warm_compile) if args.warm_compile else []
     tally = Repeats(args, commands, work, epoch_tokens, settings_loss, started).run(names, setup_key)
     report_missing(names, tally, args.once, args.repeats, args.time_budget_s)
     names = [name for name in names if tally.rates[name]]
-    summary = summary_lines(names, tally, settings_loss)
+    summary = warm_lines + summary_lines(names, tally, settings_loss)
     summary.append(result_line(args, total_seq_len, draft_vocab, tally.rates, tally.span_rates, flops_per_token, peak))
     print("\n".join(summary), flush=True)
     if os.environ.get("OUT"):

@@ -1,0 +1,72 @@
+"""``train_gpu.py --warm-compile``: every training variant's first epoch at once, in parallel processes, before
+the timed runs, so that their cold torch.compile work (minutes a side on a fresh machine) overlaps instead of
+landing in the first run of each side one after another. The processes are stopped once their first
+validation is over; what they leave is the inductor cache every later run reads. Nothing of them is timed or
+kept: the timed runs start after them, each its own process as always, and report their own (now warm)
+epoch-1 compile and start-up apart from the timed epochs, as before.
+
+Needs the repository root on ``sys.path`` (the entry scripts put it there).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.train_runs import EPOCH_LINE
+from benchmarks.train_variants import PROBE_VARIANTS
+from eagle_assets.eagle3_checkpoint.trainer import process_env
+
+
+def _compiled(log: Path) -> bool:
+    """Whether a process's log shows its second epoch started: epoch 1 and its validation are compiled."""
+    return any(
+        (m := EPOCH_LINE.search(line)) and int(m.group(1)) >= 2 for line in log.read_text(errors="replace").splitlines()
+    )
+
+
+def warm_compile(
+    commands: dict[str, Callable[[Path], list[str]]], names: list[str], work: Path, limit_s: float
+) -> list[str]:
+    """Run the first epoch of every variant in ``names`` but the probes (which compile what ``ours`` does) in
+    parallel, each in ``work/warm-<name>``; returns one line per variant: how long until its compilation was
+    done, or how it ended. Stops any still running after ``limit_s``."""
+    started = time.perf_counter()
+    running: dict[str, tuple[subprocess.Popen, Path]] = {}
+    for name in [name for name in names if name not in PROBE_VARIANTS]:
+        command = commands[name]
+        save = work / f"warm-{name}"
+        save.mkdir(parents=True)
+        log = save / "log.txt"
+        with log.open("w") as out:
+            # A session of its own: the trainer and its loader workers are stopped together.
+            proc = subprocess.Popen(
+                command(save), stdout=out, stderr=subprocess.STDOUT, cwd=save, env=process_env(), start_new_session=True
+            )
+        running[name] = (proc, log)
+    lines = []
+    while running:
+        time.sleep(1.0)
+        elapsed = time.perf_counter() - started
+        for name, (proc, log) in list(running.items()):
+            ended = proc.poll() is not None
+            if not (ended or _compiled(log) or elapsed > limit_s):
+                continue
+            if _compiled(log):
+                outcome = f"compiled in {elapsed:.0f}s"
+            elif ended:
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                outcome = f"exited {proc.returncode} after {elapsed:.0f}s before compiling: {' | '.join(tail)}"
+            else:
+                outcome = f"stopped at the {limit_s:.0f}s limit, still compiling"
+            if not ended:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            lines.append(f"warm-up {name}: {outcome}")
+            print(lines[-1], flush=True)
+            del running[name]
+    return lines

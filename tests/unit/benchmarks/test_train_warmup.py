@@ -1,0 +1,57 @@
+"""train_gpu.py --warm-compile: the variants' first epochs run at once and each is stopped, with its children,
+once its second epoch starts; one that dies early is reported with its last lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from benchmarks.train_warmup import warm_compile
+
+TRAINER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open("child.pid", "w").write(str(child.pid))
+print("Training epoch 1/3 started", flush=True)
+time.sleep(0.5)
+print("Training epoch 1/3 completed", flush=True)
+print("Training epoch 2/3 started", flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone for our purpose
+        return stat.read().split()[2] != "Z"
+
+
+def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
+    commands = {
+        "ours": lambda save: [sys.executable, "-c", TRAINER],
+        "speculators": lambda save: [sys.executable, "-c", "print('CUDA out of memory'); raise SystemExit(3)"],
+        "gpu-bound": lambda save: [sys.executable, "-c", "raise SystemExit('the probe is never warmed')"],
+    }
+    started = time.perf_counter()
+    lines = warm_compile(commands, ["ours", "speculators", "gpu-bound"], tmp_path, limit_s=60)
+    assert time.perf_counter() - started < 30
+    assert sorted(line.split(":")[0] for line in lines) == ["warm-up ours", "warm-up speculators"]
+    (ours,) = [line for line in lines if line.startswith("warm-up ours")]
+    assert "compiled in" in ours
+    (theirs,) = [line for line in lines if line.startswith("warm-up speculators")]
+    assert "exited 3" in theirs and "CUDA out of memory" in theirs
+    child = int((tmp_path / "warm-ours" / "child.pid").read_text())
+    deadline = time.time() + 5
+    while alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(child)
+
+
+def test_a_variant_still_compiling_at_the_limit_is_stopped(tmp_path):
+    slow = {"ours": lambda save: [sys.executable, "-c", "import time; time.sleep(600)"]}
+    (line,) = warm_compile(slow, ["ours"], tmp_path, limit_s=2)
+    assert "stopped at the 2s limit" in line
