@@ -3,7 +3,8 @@ the timed runs, so that their cold torch.compile work (minutes a side on a fresh
 landing in the first run of each side one after another. The processes are stopped once their first
 validation is over; what they leave is the inductor cache every later run reads. Nothing of them is timed or
 kept: the timed runs start after them, each its own process as always, and report their own (now warm)
-epoch-1 compile and start-up apart from the timed epochs, as before.
+epoch-1 compile and start-up apart from the timed epochs, as before. A variant that fails here (out of memory
+beside the others on a small GPU, say) is reported, and its first timed run compiles cold as it would have.
 
 Needs the repository root on ``sys.path`` (the entry scripts put it there).
 """
@@ -11,6 +12,7 @@ Needs the repository root on ``sys.path`` (the entry scripts put it there).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -68,5 +70,6 @@ def warm_compile(
                 proc.wait()
             lines.append(f"warm-up {name}: {outcome}")
             print(lines[-1], flush=True)
+            shutil.rmtree(log.parent, ignore_errors=True)  # its epoch-1 checkpoint of an 8B-shaped draft is GBs
             del running[name]
     return lines

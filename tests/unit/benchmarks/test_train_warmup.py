@@ -12,7 +12,7 @@ from benchmarks.train_warmup import warm_compile
 TRAINER = """
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-open("child.pid", "w").write(str(child.pid))
+open(sys.argv[1], "w").write(str(child.pid))
 print("Training epoch 1/3 started", flush=True)
 time.sleep(0.5)
 print("Training epoch 1/3 completed", flush=True)
@@ -32,7 +32,7 @@ def alive(pid: int) -> bool:
 
 def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
     commands = {
-        "ours": lambda save: [sys.executable, "-c", TRAINER],
+        "ours": lambda save: [sys.executable, "-c", TRAINER, str(tmp_path / "child.pid")],
         "speculators": lambda save: [sys.executable, "-c", "print('CUDA out of memory'); raise SystemExit(3)"],
         "gpu-bound": lambda save: [sys.executable, "-c", "raise SystemExit('the probe is never warmed')"],
     }
@@ -44,7 +44,8 @@ def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
     assert "compiled in" in ours
     (theirs,) = [line for line in lines if line.startswith("warm-up speculators")]
     assert "exited 3" in theirs and "CUDA out of memory" in theirs
-    child = int((tmp_path / "warm-ours" / "child.pid").read_text())
+    assert not (tmp_path / "warm-ours").exists()  # nothing of a warm-up is kept
+    child = int((tmp_path / "child.pid").read_text())
     deadline = time.time() + 5
     while alive(child) and time.time() < deadline:
         time.sleep(0.1)
