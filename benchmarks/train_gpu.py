@@ -67,11 +67,8 @@ everything is flushed to disk before training and read from the page cache by ev
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +79,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 from benchmarks.draft_shapes import PRESETS, layer_ids, resolved_sizes, train_flops_per_token  # noqa: E402
 from benchmarks.draft_shapes import verifier_config as preset_config  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
+from benchmarks.train_data import write_data  # noqa: E402
 from benchmarks.train_repeats import Repeats  # noqa: E402
 from benchmarks.train_runs import StampedLog, tokens_per_epoch  # noqa: E402
 from benchmarks.train_summary import report_missing, result_line, summary_lines  # noqa: E402
@@ -90,9 +88,6 @@ from benchmarks.train_warmup import warm_compile  # noqa: E402
 from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
-from eagle_assets.eagle3_checkpoint.training_data import build_training_data  # noqa: E402
-from eagle_assets.eagle3_checkpoint.vocab import build_draft_vocab  # noqa: E402
-from tests.helpers.synthetic import write_head_only_verifier, write_random_features  # noqa: E402
 
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -160,50 +155,6 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: epoch 1 (compilation) is never timed")
     return parser, args
-
-
-def write_data(args, config, captured: list[int], draft_vocab: int, device: str):
-    """The verifier head, the random features (and their fp8 copy), the training folder and draft vocab:
-    (data, vocab, fp8 (data, vocab) or None, when writing started). Features that an earlier job on this
-    machine wrote with the same settings (``features.json``) are kept: a set resumed over several device
-    calls writes its GBs once."""
-    verifier, storage, work = args.work / "verifier", args.work / "storage", args.work / "work"
-    started = time.perf_counter()
-    features = dict(
-        verifier_path=verifier,
-        layer_ids=captured,
-        hidden_size=config.hidden_size,
-        vocab_size=config.vocab_size,
-        num_rows=args.rows,
-        seq_len=tuple(args.seq_len),
-        device=device,
-        distinct_rows=args.distinct_rows,
-    )
-    stamp = json.dumps(dict(features, verifier_path=str(verifier), shape=args.shape, fp8=args.fp8_features))
-    kept = (args.work / "features.json").exists() and (args.work / "features.json").read_text() == stamp
-    if kept:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        shutil.rmtree(args.work, ignore_errors=True)
-        write_head_only_verifier(verifier, config, device=device)
-        write_random_features(storage, "bench", **features)
-        if args.fp8_features:  # the same seed: the same rows and bf16 states, stored quantized
-            write_random_features(args.work / "storage-fp8", "bench", **features, feature_dtype="fp8")
-        (args.work / "features.json").write_text(stamp)
-    setup_log = StampedLog("setup")
-    data = build_training_data(storage, ["bench"], work, log=setup_log)
-    vocab = build_draft_vocab(data.path, draft_vocab, config.vocab_size, log=setup_log)
-    fp8 = None
-    if args.fp8_features:
-        fp8_data = build_training_data(args.work / "storage-fp8", ["bench"], work, log=setup_log)
-        fp8 = (fp8_data, build_draft_vocab(fp8_data.path, draft_vocab, config.vocab_size, log=setup_log))
-    os.sync()  # no write-back of the fresh files while the first run is being timed
-    print(
-        f"data: {data.num_rows} rows, {data.num_tokens} tokens, {'features kept, ' if kept else ''}"
-        f"written in {time.perf_counter() - started:.0f}s",
-        flush=True,
-    )
-    return data, vocab, fp8, started
 
 
 def cpu_smoke(data, vocab, fp8, verifier: Path, settings: TrainingSettings, work: Path) -> None:

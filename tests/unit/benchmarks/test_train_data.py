@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 
 from benchmarks.draft_shapes import layer_ids, resolved_sizes, verifier_config
-from benchmarks.train_gpu import write_data
+from benchmarks.train_data import write_data
 
 
 def test_features_written_once_per_settings(tmp_path):
