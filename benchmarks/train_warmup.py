@@ -21,6 +21,7 @@ from pathlib import Path
 
 from benchmarks.train_runs import EPOCH_LINE
 from benchmarks.train_variants import PROBE_VARIANTS
+from eagle_assets.core.child_process import die_with_parent
 from eagle_assets.eagle3_checkpoint.trainer import process_env
 
 
@@ -45,9 +46,16 @@ def warm_compile(
         save.mkdir(parents=True)
         log = save / "log.txt"
         with log.open("w") as out:
-            # A session of its own: the trainer and its loader workers are stopped together.
+            # A session of its own, so that the trainer and its loader workers are stopped together; and the
+            # trainer ends with this process, so a job killed mid-warm-up leaves nothing on the GPU.
             proc = subprocess.Popen(
-                command(save), stdout=out, stderr=subprocess.STDOUT, cwd=save, env=process_env(), start_new_session=True
+                command(save),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=save,
+                env=process_env(),
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         running[name] = (proc, log)
     lines = []

@@ -56,3 +56,29 @@ def test_a_variant_still_compiling_at_the_limit_is_stopped(tmp_path):
     slow = {"ours": lambda save: [sys.executable, "-c", "import time; time.sleep(600)"]}
     (line,) = warm_compile(slow, ["ours"], tmp_path, limit_s=2)
     assert "stopped at the 2s limit" in line
+
+
+def test_a_job_killed_during_the_warm_up_leaves_no_trainer(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    pid_file = tmp_path / "trainer.pid"
+    trainer = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    job = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+from benchmarks.train_warmup import warm_compile
+warm_compile({{"ours": lambda save: [sys.executable, "-c", {trainer!r}]}}, ["ours"], Path({str(tmp_path)!r}), 600)
+"""
+    process = subprocess.Popen([sys.executable, "-c", job])
+    deadline = time.time() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    process.kill()
+    process.wait()
+    deadline = time.time() + 10
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
