@@ -63,10 +63,10 @@ def warm_compile(
         time.sleep(1.0)
         elapsed = time.perf_counter() - started
         for name, (proc, log) in list(running.items()):
-            ended = proc.poll() is not None
-            if not (ended or _compiled(log) or elapsed > limit_s):
+            ended, compiled = proc.poll() is not None, _compiled(log)
+            if not (ended or compiled or elapsed > limit_s):
                 continue
-            if _compiled(log):
+            if compiled:
                 outcome = f"compiled in {elapsed:.0f}s"
             elif ended:
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
