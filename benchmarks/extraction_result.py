@@ -1,11 +1,26 @@
-"""What ``benchmarks/hidden_states_gpu.py`` reports: every figure of the job by name (printed, and written
-as JSON under ``$OUT``), and the ``result ...`` headline line."""
+"""What ``benchmarks/hidden_states_gpu.py`` reports: the FLOPs its MFU figures count, every figure of the job
+by name (printed, and written as JSON under ``$OUT``), and the ``result ...`` headline line."""
 
 from __future__ import annotations
 
 from statistics import median as med
 
 from benchmarks.spread import spread
+
+# Dense (no sparsity) bf16 tensor-core FLOP/s from NVIDIA's datasheets, by device name.
+DATASHEET_BF16_DENSE = {"H200": 989.4e12, "H100": 989.4e12}
+
+
+def datasheet_peak(name: str) -> float | None:
+    return next((flops for key, flops in DATASHEET_BF16_DENSE.items() if key in name), None)
+
+
+def row_flops(model, config, length: int) -> float:
+    """Forward FLOPs of one row: 2 x non-embedding parameters per token + causal attention (QK^T and AV,
+    each over ``length``/2 keys on average per query)."""
+    params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
+    attn = 2 * length * length * config.num_attention_heads * config.head_dim * config.num_hidden_layers
+    return 2 * params * length + attn
 
 
 def result_fields(job, equivalence: dict, rates: dict[str, list], fp8_cosine: float | None) -> dict:

@@ -68,7 +68,7 @@ from benchmarks.extraction_paths import (  # noqa: E402
     naive_loop,
     random_model,
 )
-from benchmarks.extraction_result import print_result, result_fields  # noqa: E402
+from benchmarks.extraction_result import datasheet_peak, print_result, result_fields, row_flops  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
 from eagle_assets.core.layout import BF16  # noqa: E402
 from eagle_assets.plugins.transformers_extraction import HOST_BUFFERS, HiddenStateExtractor  # noqa: E402
@@ -77,22 +77,6 @@ from eagle_assets.plugins.transformers_extraction import HOST_BUFFERS, HiddenSta
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-# Dense (no sparsity) bf16 tensor-core FLOP/s from NVIDIA's datasheets, by device name.
-DATASHEET_BF16_DENSE = {"H200": 989.4e12, "H100": 989.4e12}
-
-
-def datasheet_peak(name: str) -> float | None:
-    return next((flops for key, flops in DATASHEET_BF16_DENSE.items() if key in name), None)
-
-
-def row_flops(model, config, length: int) -> float:
-    """Forward FLOPs of one row: 2 x non-embedding parameters per token + causal attention (QK^T and AV,
-    each over ``length``/2 keys on average per query)."""
-    params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
-    attn = 2 * length * length * config.num_attention_heads * config.head_dim * config.num_hidden_layers
-    return 2 * params * length + attn
 
 
 def timed(run, device) -> float:
