@@ -235,11 +235,12 @@ def main() -> None:
         device=torch.cuda.get_device_name(),
         shape=args.shape,
     )
-    warm_lines = warm_compile(commands, names, work, args.warm_compile) if args.warm_compile else []
-    tally = Repeats(args, commands, work, epoch_tokens, settings_loss, started).run(names, setup_key)
+    warm_ups = warm_compile(commands, names, work, args.warm_compile) if args.warm_compile else []
+    compiled_s = {warm.name: warm.compiled_s for warm in warm_ups if warm.compiled_s is not None}
+    tally = Repeats(args, commands, work, epoch_tokens, settings_loss, started).run(names, setup_key, compiled_s)
     report_missing(names, tally, args.once, args.repeats, args.time_budget_s)
     names = [name for name in names if tally.rates[name]]
-    summary = warm_lines + summary_lines(names, tally, settings_loss)
+    summary = [warm.line for warm in warm_ups] + summary_lines(names, tally, settings_loss)
     summary.append(result_line(args, total_seq_len, draft_vocab, tally.rates, tally.span_rates, flops_per_token, peak))
     print("\n".join(summary), flush=True)
     if os.environ.get("OUT"):

@@ -54,10 +54,15 @@ class Repeats:
         self.started = started
         self.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
 
-    def run(self, names: list[str], setup_key: dict) -> Tally:
+    def run(self, names: list[str], setup_key: dict, warm_up_seconds: dict[str, float] | None = None) -> Tally:
+        """Every run not in the runs file, in rotating order, until the budget stops the rotation.
+        ``warm_up_seconds`` (a variant's compile time in ``--warm-compile``) bounds a run not yet measured."""
         tally = Tally(names)
         finished = load_finished(self.args.runs_file, setup_key)
         run_seconds: dict[str, float] = {}
+        # A variant's length as known before this job: its last run in the runs file, else its warm-up.
+        known = dict(warm_up_seconds or {})
+        known.update({name: record["seconds"] for (_, name), record in sorted(finished.items())})
         stopped = False
         for repeat in range(self.args.repeats):
             order = names[repeat % len(names) :] + names[: repeat % len(names)]
@@ -67,9 +72,10 @@ class Repeats:
                 if (repeat, name) in finished:
                     tally.replay(finished[(repeat, name)])
                     continue
-                # A variant's next run is estimated by its last one; a variant not run yet by the shortest run so
-                # far (the first run of a process compiles cold and is no estimate of the warm ones after it).
-                estimate = run_seconds.get(name, min(run_seconds.values(), default=0.0))
+                # A variant's next run is estimated by its last one; a variant not run yet by what was known of
+                # it before, else by the shortest run so far (the first run of a process compiles cold and is no
+                # estimate of the warm ones after it).
+                estimate = run_seconds.get(name, known.get(name, min(run_seconds.values(), default=0.0)))
                 if self.args.time_budget_s and time.perf_counter() - self.started + estimate > self.args.time_budget_s:
                     stopped = True  # no later run either: a resumed job goes on in the same rotating order
                 if stopped:
@@ -93,6 +99,7 @@ class Repeats:
             record.update(failed=True, line=line)
         print(line, flush=True)
         seconds = time.perf_counter() - run_started
+        record.update(seconds=seconds)
         if self.args.runs_file:
             with self.args.runs_file.open("a") as runs_file:
                 runs_file.write(json.dumps(record) + "\n")

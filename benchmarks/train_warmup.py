@@ -18,11 +18,21 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmarks.train_runs import EPOCH_LINE
 from benchmarks.train_variants import PROBE_VARIANTS
 from eagle_assets.core.child_process import die_with_parent
 from eagle_assets.eagle3_checkpoint.trainer import process_env
+
+
+class WarmUp(NamedTuple):
+    """How one variant's warm-up ended: its printed line, and the seconds its compilation took (``None`` when
+    it did not finish), which bound a warm run's length until one has run."""
+
+    name: str
+    line: str
+    compiled_s: float | None
 
 
 def _compiled(log: Path) -> bool:
@@ -34,10 +44,10 @@ def _compiled(log: Path) -> bool:
 
 def warm_compile(
     commands: dict[str, Callable[[Path], list[str]]], names: list[str], work: Path, limit_s: float
-) -> list[str]:
+) -> list[WarmUp]:
     """Run the first epoch of every variant in ``names`` but the probes (which compile what ``ours`` does) in
-    parallel, each in ``work/warm-<name>``; returns one line per variant: how long until its compilation was
-    done, or how it ended. Stops any still running after ``limit_s``."""
+    parallel, each in ``work/warm-<name>``; returns how each ended: how long until its compilation was done,
+    or why not. Stops any still running after ``limit_s``."""
     started = time.perf_counter()
     running: dict[str, tuple[subprocess.Popen, Path]] = {}
     for name in [name for name in names if name not in PROBE_VARIANTS]:
@@ -58,7 +68,7 @@ def warm_compile(
                 preexec_fn=die_with_parent,
             )
         running[name] = (proc, log)
-    lines = []
+    ended_warm_ups = []
     while running:
         time.sleep(1.0)
         elapsed = time.perf_counter() - started
@@ -76,8 +86,8 @@ def warm_compile(
             if not ended:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            lines.append(f"warm-up {name}: {outcome}")
-            print(lines[-1], flush=True)
+            ended_warm_ups.append(WarmUp(name, f"warm-up {name}: {outcome}", elapsed if compiled else None))
+            print(ended_warm_ups[-1].line, flush=True)
             shutil.rmtree(log.parent, ignore_errors=True)  # its epoch-1 checkpoint of an 8B-shaped draft is GBs
             del running[name]
-    return lines
+    return ended_warm_ups

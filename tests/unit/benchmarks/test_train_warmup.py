@@ -37,11 +37,14 @@ def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
         "gpu-bound": lambda save: [sys.executable, "-c", "raise SystemExit('the probe is never warmed')"],
     }
     started = time.perf_counter()
-    lines = warm_compile(commands, ["ours", "speculators", "gpu-bound"], tmp_path, limit_s=60)
+    warm_ups = warm_compile(commands, ["ours", "speculators", "gpu-bound"], tmp_path, limit_s=60)
     assert time.perf_counter() - started < 30
+    lines = [warm.line for warm in warm_ups]
     assert sorted(line.split(":")[0] for line in lines) == ["warm-up ours", "warm-up speculators"]
     (ours,) = [line for line in lines if line.startswith("warm-up ours")]
     assert "compiled in" in ours
+    compiled_s = {warm.name: warm.compiled_s for warm in warm_ups}
+    assert 0 < compiled_s["ours"] < 30 and compiled_s["speculators"] is None  # what bounds a first timed run
     (theirs,) = [line for line in lines if line.startswith("warm-up speculators")]
     assert "exited 3" in theirs and "CUDA out of memory" in theirs
     assert not (tmp_path / "warm-ours").exists()  # nothing of a warm-up is kept
@@ -54,8 +57,8 @@ def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
 
 def test_a_variant_still_compiling_at_the_limit_is_stopped(tmp_path):
     slow = {"ours": lambda save: [sys.executable, "-c", "import time; time.sleep(600)"]}
-    (line,) = warm_compile(slow, ["ours"], tmp_path, limit_s=2)
-    assert "stopped at the 2s limit" in line
+    (warm,) = warm_compile(slow, ["ours"], tmp_path, limit_s=2)
+    assert "stopped at the 2s limit" in warm.line and warm.compiled_s is None
 
 
 def test_a_job_killed_during_the_warm_up_leaves_no_trainer(tmp_path):
