@@ -130,4 +130,6 @@ class Repeats:
             f"{' '.join(f'{s:.2f}s' for s in log.epoch_durations(epochs))}, {rate:.0f} tok/s "
             f"(span {log.span_seconds(epochs):.2f}s: {span_rate:.0f} tok/s)"
         )
+        if log.loader_waits:  # ours only: the training thread's waits on its loader in the timed epochs
+            line += f", loader waits {' '.join(f'{log.loader_waits.get(k, 0.0):.2f}s' for k in range(2, epochs + 1))}"
         return rate, startup, line

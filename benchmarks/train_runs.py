@@ -16,6 +16,8 @@ from benchmarks.train_step_probe import AS_TRAINED, PROBE_LINE
 from eagle_assets.eagle3_checkpoint import trainer
 
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
+# ours' own line after each epoch (DeviceBatches' LoaderWait), its epoch counted from 0
+LOADER_LINE = re.compile(r"epoch (\d+) loader: \d+ batches, ([\d.]+)s waiting")
 
 
 class StampedLog:
@@ -26,6 +28,7 @@ class StampedLog:
         self.quiet = quiet
         self.created = time.perf_counter()
         self.marks: dict[tuple[int, str], float] = {}
+        self.loader_waits: dict[int, float] = {}  # by epoch, from 1 as the epoch lines count
         # Every line of every run, stamped with seconds since its process started, when $OUT is set:
         # the in-epoch rates (the trainer's own per-log-step tokens/s) beside the epoch totals.
         self.transcript = Path(os.environ["OUT"], "run_lines.txt") if os.environ.get("OUT") else None
@@ -38,6 +41,9 @@ class StampedLog:
         match = EPOCH_LINE.search(line)
         if match:
             self.marks[(int(match.group(1)), match.group(3))] = now
+        waited = LOADER_LINE.search(line)
+        if waited:
+            self.loader_waits[int(waited.group(1)) + 1] = float(waited.group(2))
         if match or not self.quiet:
             print(f"[{self.name}] {line}", flush=True)
 

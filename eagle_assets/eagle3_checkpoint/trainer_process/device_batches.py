@@ -37,7 +37,9 @@ that epoch.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import speculators.train.data as speculators_data
@@ -184,10 +186,32 @@ def dequantize_features(batch: dict, dtype: torch.dtype) -> dict:
     return batch
 
 
+@dataclass
+class LoaderWait:
+    """How long one epoch's iteration waited on the loader for its batches (the training thread's time, which
+    costs GPU time only once the steps queued ahead of it have run)."""
+
+    batches: int = 0
+    seconds: float = 0.0
+    first_batch_s: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        if not self.batches:
+            self.first_batch_s = seconds
+        self.batches += 1
+        self.seconds += seconds
+
+    def line(self, epoch) -> str:
+        return (
+            f"epoch {epoch} loader: {self.batches} batches, {self.seconds:.2f}s waiting for them "
+            f"({self.first_batch_s:.2f}s for the first)"
+        )
+
+
 class DeviceBatches:
     """Iterates ``loader``'s batches already on ``device`` (one batch ahead, on a side stream),
     dequantized to ``dequantize_dtype`` when given. Behaves as the loader for speculators' trainer
-    (``len``, ``batch_sampler``, ``dataset``)."""
+    (``len``, ``batch_sampler``, ``dataset``). ``wait`` is the last epoch's :class:`LoaderWait`."""
 
     def __init__(
         self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None, last_epoch: int | None = None
@@ -199,6 +223,7 @@ class DeviceBatches:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.last_epoch = last_epoch  # no early start after it: nobody would read those batches
         self.early: tuple[int, Iterator] | None = None  # (epoch, the loader's iterator already loading it)
+        self.wait = LoaderWait()
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -256,9 +281,19 @@ class DeviceBatches:
         finally:
             sampler.set_epoch(epoch)  # the running epoch is still this one for everyone else
 
+    def _timed(self, batches: Iterator[dict]) -> Iterator[dict]:
+        self.wait = LoaderWait()
+        while True:
+            asked = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                return
+            self.wait.add(time.perf_counter() - asked)
+            yield batch
+
     def __iter__(self) -> Iterator[dict]:
         pending = None
-        for batch in self._epoch_iterator():
+        for batch in self._timed(self._epoch_iterator()):
             staged = self._to_device(batch)
             if pending is not None:
                 yield self._hand_over(*pending)

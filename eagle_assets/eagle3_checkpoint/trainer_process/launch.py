@@ -233,6 +233,8 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
             # ... completed" line marks the end of the epoch's GPU work and epoch times are true.
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
+            if get_rank() == 0 and isinstance(self.train_loader, DeviceBatches):
+                logging.getLogger("eagle_assets.eagle3_checkpoint").info(self.train_loader.wait.line(epoch))
 
         def maybe_update_best(self, epoch, val_metrics):
             before = self.best_val_loss

@@ -1,5 +1,6 @@
 """Training batches of fp8 features dequantized after collate (on the GPU in training) equal speculators'
-own fp8 path, which dequantizes each sample in its loader; and the training step's helpers."""
+own fp8 path, which dequantizes each sample in its loader; and the training step's helpers: batches a step
+ahead, epochs started early, the time spent waiting on the loader."""
 
 from __future__ import annotations
 
@@ -211,3 +212,32 @@ def test_cut_fp8_rows_keep_their_scales_beside_their_features(tmp_path):
         short = dequantize_features(dict(short), dataset.dequantize_dtype)
         for key in ("hidden_states", "verifier_last_hidden_states", "input_ids", "loss_mask", "document_ids"):
             assert torch.equal(short[key], full[key][:, :ROW_BUCKET]), key
+
+
+def test_each_epoch_counts_the_time_it_waited_on_the_loader():
+    import time
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches
+
+    class SlowLoader:
+        def __init__(self, delays):
+            self.delays = delays
+
+        def __len__(self):
+            return len(self.delays)
+
+        def __iter__(self):
+            for row, delay in enumerate(self.delays):
+                time.sleep(delay)
+                yield {"row": torch.tensor([row])}
+
+    batches = DeviceBatches(SlowLoader([0.2, 0.0, 0.1]), torch.device("cpu"))
+    assert [batch["row"].item() for batch in batches] == [0, 1, 2]
+    wait = batches.wait
+    assert wait.batches == 3 and 0.2 <= wait.first_batch_s < 0.3 and 0.3 <= wait.seconds < 0.45
+    assert (
+        wait.line(2)
+        == f"epoch 2 loader: 3 batches, {wait.seconds:.2f}s waiting for them ({wait.first_batch_s:.2f}s for the first)"
+    )
+    list(batches)  # the next epoch's count starts from nothing
+    assert batches.wait.batches == 3 and batches.wait.seconds < 0.45
