@@ -117,6 +117,8 @@ class Repeats:
                 f"run repeat={repeat + 1} {name}: whole run {time.perf_counter() - run_started:.0f}s, "
                 f"startup {startup:.1f}s, resident-step rates {probe_log.rates}, {rate:.0f} tok/s"
             )
+            if probe_log.loader_rates:
+                line += f", loader path alone {' '.join(f'{r:.0f}' for r in probe_log.loader_rates)} tok/s"
             return rate, startup, line
         log = timed_run(name, self.commands[name](save), save, epochs)
         rate, startup = self.timed_tokens / sum(log.epoch_durations(epochs)), log.startup_seconds()

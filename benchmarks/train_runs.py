@@ -12,7 +12,7 @@ import re
 import time
 from pathlib import Path
 
-from benchmarks.train_step_probe import AS_TRAINED, PROBE_LINE
+from benchmarks.train_step_probe import AS_TRAINED, LOADER_PROBE_LINE, PROBE_LINE
 from eagle_assets.eagle3_checkpoint import trainer
 
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
@@ -66,10 +66,12 @@ class ProbeLog(StampedLog):
     """The probe's lines (all printed), its resident-step rates and when it started probing."""
 
     RATE = re.compile(rf"{PROBE_LINE} loss=(\w+) \({AS_TRAINED}\).*tokens_per_s=(\d+)")
+    LOADER_RATE = re.compile(rf"{LOADER_PROBE_LINE} epoch=\d+ .*tokens_per_s=(\d+)")
 
     def __init__(self, name: str):
         super().__init__(name, quiet=False)
         self.rates: dict[str, float] = {}
+        self.loader_rates: list[float] = []  # the loader path alone, per epoch (``--loader-epochs``)
         self.probing: float | None = None
 
     def info(self, line: str) -> None:
@@ -79,6 +81,9 @@ class ProbeLog(StampedLog):
         match = self.RATE.search(line)
         if match:
             self.rates[match.group(1)] = float(match.group(2))
+        loader = self.LOADER_RATE.search(line)
+        if loader:
+            self.loader_rates.append(float(loader.group(1)))
 
 
 def tokens_per_epoch(

@@ -25,7 +25,10 @@ to show what removing them is worth; ``--padded-rows`` times them once more with
    kernels), and torch.compile's graph and recompile counters; the table also goes to
    ``$OUT/profile_<shape>.txt``;
 4. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
-   host time per step spent waiting for the device, the device's busy share, and the top host ops.
+   host time per step spent waiting for the device, the device's busy share, and the top host ops;
+5. with ``--loader-epochs N``: iterates the real loader path alone (workers, pinned copies, the side-stream
+   copy to the GPU, each next epoch started early) for N epochs with no step between batches, and prints
+   ``probe loader epoch=<k> ... tokens_per_s=<rate>``: the most that path can feed, beside the step's rate.
 
 ``--shape`` names the verifier preset (:mod:`benchmarks.draft_shapes`) for the result lines, which carry
 ``shape=``, the draft's trainable parameters as built, and ``mfu=``: the step's matmul FLOPs (6 per weight
@@ -55,6 +58,7 @@ from benchmarks.train_step_profiles import compile_counters, profile_real_steps,
 from eagle_assets.eagle3_checkpoint.trainer_process import launch  # noqa: E402
 
 PROBE_LINE = "probe resident"
+LOADER_PROBE_LINE = "probe loader"
 # The label of the resident steps as the trainer runs them: the rate ``train_gpu.py`` reads as the ceiling.
 AS_TRAINED = "without host syncs"
 
@@ -67,6 +71,36 @@ def resident_line(loss: str, label: str, steps: int, tokens: int, seconds: float
         f"step_ms={seconds / steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f} shape={shape} mfu={mfu:.3f} "
         f"recompiles={compile_counters()['recompiles']}"
     )
+
+
+def loader_epochs(loader, epochs: int) -> None:
+    """Prints each epoch's rate of ``loader`` (the trainer's :class:`DeviceBatches`) iterated with nothing else
+    running, epochs set as the trainer sets them; ends with the device idle."""
+    import torch
+
+    def synchronize() -> None:
+        if loader.device.type == "cuda":
+            torch.cuda.synchronize(loader.device)
+
+    sampler = loader.batch_sampler
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        synchronize()
+        started = time.perf_counter()
+        tokens = torch.zeros((), dtype=torch.int64, device=loader.device)
+        batches = 0
+        for batch in loader:
+            tokens += (batch["document_ids"] != -1).sum()  # counted on the device: no wait per batch
+            batches += 1
+        synchronize()
+        seconds = time.perf_counter() - started
+        wait = getattr(loader, "wait", None)
+        waited = f" waited={wait.seconds:.2f}s first_batch={wait.first_batch_s:.2f}s" if wait else ""
+        print(
+            f"{LOADER_PROBE_LINE} epoch={epoch} batches={batches} tokens={int(tokens)} seconds={seconds:.2f}"
+            f"{waited} tokens_per_s={int(tokens) / seconds:.0f}",
+            flush=True,
+        )
 
 
 class ResidentBatches:
@@ -176,6 +210,8 @@ def probe(trainer, args) -> None:
                 print(f"probe profile resident failed:\n{traceback.format_exc()}", flush=True)
     if args.profile_steps:
         profile_real_steps(trainer, real_loader, args.profile_steps)
+    if args.loader_epochs:
+        loader_epochs(real_loader, args.loader_epochs)
 
 
 def torch_before_the_break():
@@ -221,6 +257,9 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=0, help="profile this many real-loader steps")
     parser.add_argument(
         "--profile-resident", type=int, default=0, help="profile this many resident steps per loss (kernels by op)"
+    )
+    parser.add_argument(
+        "--loader-epochs", type=int, default=0, help="iterate the real loader path alone for this many epochs"
     )
     parser.add_argument("--shape", choices=PRESETS, default="llama-3.1-8b", help="the verifier preset (result lines)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for the MFU (default: measured)")
