@@ -133,5 +133,6 @@ class Repeats:
             f"(span {log.span_seconds(epochs):.2f}s: {span_rate:.0f} tok/s)"
         )
         if log.loader_waits:  # ours only: the training thread's waits on its loader in the timed epochs
-            line += f", loader waits {' '.join(f'{log.loader_waits.get(k, 0.0):.2f}s' for k in range(2, epochs + 1))}"
+            waits = [log.loader_waits.get(k) for k in range(2, epochs + 1)]
+            line += f", loader waits {' '.join('-' if w is None else f'{w:.2f}s' for w in waits)}"
         return rate, startup, line

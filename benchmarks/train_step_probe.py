@@ -94,11 +94,10 @@ def loader_epochs(loader, epochs: int) -> None:
             batches += 1
         synchronize()
         seconds = time.perf_counter() - started
-        wait = getattr(loader, "wait", None)
-        waited = f" waited={wait.seconds:.2f}s first_batch={wait.first_batch_s:.2f}s" if wait else ""
         print(
-            f"{LOADER_PROBE_LINE} epoch={epoch} batches={batches} tokens={int(tokens)} seconds={seconds:.2f}"
-            f"{waited} tokens_per_s={int(tokens) / seconds:.0f}",
+            f"{LOADER_PROBE_LINE} epoch={epoch} batches={batches} tokens={int(tokens)} seconds={seconds:.2f} "
+            f"waited={loader.wait.seconds:.2f}s first_batch={loader.wait.first_batch_s:.2f}s "
+            f"tokens_per_s={int(tokens) / seconds:.0f}",
             flush=True,
         )
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from benchmarks.train_runs import StampedLog
+from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import LoaderWait
 
 
 def test_the_log_times_epochs_and_keeps_the_loader_waits_by_epoch_line_number(monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
     log = StampedLog("ours", quiet=True)
+    # The loader lines as the training process writes them (its logger's name before them).
+    first, second = LoaderWait(86, 0.41, 0.30), LoaderWait(86, 2.05, 0.62)
     for line in [
         "speculators: Training epoch 1/2 started",
-        "eagle_assets.eagle3_checkpoint: epoch 0 loader: 86 batches, 0.41s waiting for them (0.30s for the first)",
+        f"eagle_assets.eagle3_checkpoint: {first.line(0)}",
         "speculators: Training epoch 1/2 completed",
         "speculators: Training epoch 2/2 started",
-        "eagle_assets.eagle3_checkpoint: epoch 1 loader: 86 batches, 2.05s waiting for them (0.62s for the first)",
+        f"eagle_assets.eagle3_checkpoint: {second.line(1)}",
         "speculators: Training epoch 2/2 completed",
     ]:
         log.info(line)
