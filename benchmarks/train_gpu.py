@@ -47,8 +47,8 @@ The variants run one after another in a rotating order (repeat 1: A B C, repeat 
 shift) / wall time of epochs 2..N, timed from each process's "Training epoch k/N started|completed"
 lines (epoch 1 holds torch.compile's warm-up and the loader workers' start; validation and checkpoint
 saves fall outside the window). The *span* rate divides the same tokens by the time from epoch 2's start
-to epoch N's end, so the saves and validations between timed epochs count too (``ours`` starts loading the
-next epoch during them; the span rate shows that nothing was only moved out of the timed window;
+to epoch N's end, so the saves and validations between timed epochs count too (``ours``' loader builds the
+next epoch's batches during them; the span rate shows that nothing was only moved out of the timed window;
 ``train_throughput_ratio_span``). Each process is stopped once its last epoch completes. Start-up (process
 start to "epoch 1 started": imports, verifier head and data loads) is reported apart. Printed: every
 setting of every side, each run's tokens/s, per variant the median and spread (max-min)/median, and

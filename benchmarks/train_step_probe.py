@@ -27,7 +27,7 @@ to show what removing them is worth; ``--padded-rows`` times them once more with
 4. with ``--profile-steps N``: profiles N steps of the real loader path (torch.profiler) and prints the
    host time per step spent waiting for the device, the device's busy share, and the top host ops;
 5. with ``--loader-epochs N``: iterates the real loader path alone (workers, pinned copies, the side-stream
-   copy to the GPU, each next epoch started early) for N epochs with no step between batches, and prints
+   copy to the GPU, one loader iterator across the epochs) for N epochs with no step between batches, and prints
    ``probe loader epoch=<k> ... tokens_per_s=<rate>``: the most that path can feed, beside the step's rate.
 
 ``--shape`` names the verifier preset (:mod:`benchmarks.draft_shapes`) for the result lines, which carry

@@ -25,14 +25,8 @@ layout and row length in the frame after speculators' forced graph break, and pa
 runs that frame uncompiled (flex attention then materializes every score). :func:`recompiles_for_rows`
 is a limit that covers the set.
 
-Each epoch also starts loading early: speculators' loader keeps its workers between epochs, but they begin
-an epoch only when the trainer asks for its first batch, after the previous epoch's checkpoint save and
-validation; the first step then waits while every worker builds its first packed row (measured on one
-H200: 2-3.7 s before the first step of a 40-step epoch, while the other 39 steps took 5.1 s).
-:class:`DeviceBatches` starts the next epoch's loading as soon as the current epoch's last batch is in
-hand, so it overlaps that last step, the save and the validation. The next epoch's batches are the ones
-the trainer would get (its sampler, set to that epoch), and they are used only if the trainer asks for
-that epoch.
+An epoch's batches come from one loader iterator running across the epochs (:mod:`.chained_epochs`), so the
+workers build the next epoch's first batches during this epoch's last steps, its save and its validation.
 """
 
 from __future__ import annotations
@@ -47,6 +41,8 @@ import torch
 from hs_connectors.fp8_utils import SCALES_KEY, dequantize_fp8_tensor
 from hs_connectors.transfer import FileTransfer, FP8Transfer
 from speculators.train.data import ArrowDataset, CollateFn
+
+from eagle_assets.eagle3_checkpoint.trainer_process.chained_epochs import ChainedEpochs, chainable
 
 # Each feature's per-token scales travel under their own key: the model's preprocessing shifts the two
 # features differently (EAGLE-3 pairs token t's aux states with token t+1's final state). The names lack
@@ -210,8 +206,9 @@ class LoaderWait:
 
 class DeviceBatches:
     """Iterates ``loader``'s batches already on ``device`` (one batch ahead, on a side stream),
-    dequantized to ``dequantize_dtype`` when given. Behaves as the loader for speculators' trainer
-    (``len``, ``batch_sampler``, ``dataset``). ``wait`` is the last epoch's :class:`LoaderWait`."""
+    dequantized to ``dequantize_dtype`` when given; epochs up to ``last_epoch`` come from one iterator when
+    the loader's sampler takes an epoch. Behaves as the loader for speculators' trainer (``len``,
+    ``batch_sampler``, ``dataset``). ``wait`` is the last epoch's :class:`LoaderWait`."""
 
     def __init__(
         self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None, last_epoch: int | None = None
@@ -221,8 +218,7 @@ class DeviceBatches:
         self.dequantize_dtype = dequantize_dtype
         # On CPU (tests, small runs) there is nothing to overlap: batches are only dequantized.
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self.last_epoch = last_epoch  # no early start after it: nobody would read those batches
-        self.early: tuple[int, Iterator] | None = None  # (epoch, the loader's iterator already loading it)
+        self.epochs = ChainedEpochs(loader, last_epoch) if last_epoch is not None and chainable(loader) else None
         self.wait = LoaderWait()
 
     def __len__(self) -> int:
@@ -255,31 +251,8 @@ class DeviceBatches:
                 value.record_stream(consumer)
         return batch
 
-    def _sampler_epoch(self) -> int | None:
-        sampler = getattr(self.loader, "batch_sampler", None)
-        return getattr(sampler, "epoch", None) if hasattr(sampler, "set_epoch") else None
-
-    def _epoch_iterator(self) -> Iterator[dict]:
-        """The loader's iterator for the epoch its sampler is set to: the one started early if it is that epoch."""
-        early, self.early = self.early, None
-        epoch = self._sampler_epoch()
-        if early is not None and epoch is not None and early[0] == epoch:
-            return early[1]
-        # Another epoch than the one started (or none): a fresh iterator; a persistent-worker loader
-        # drops what the early one had loaded.
-        return iter(self.loader)
-
-    def _start_next_epoch(self) -> None:
-        epoch = self._sampler_epoch()
-        if epoch is None or (self.last_epoch is not None and epoch >= self.last_epoch):
-            return
-        sampler = self.loader.batch_sampler
-        sampler.set_epoch(epoch + 1)
-        try:
-            # The iterator takes its batch order from the sampler now and its workers start loading.
-            self.early = (epoch + 1, iter(self.loader))
-        finally:
-            sampler.set_epoch(epoch)  # the running epoch is still this one for everyone else
+    def _epoch_batches(self) -> Iterator[dict]:
+        return iter(self.loader) if self.epochs is None else self.epochs.take()
 
     def _timed(self, batches: Iterator[dict]) -> Iterator[dict]:
         self.wait = LoaderWait()
@@ -293,12 +266,10 @@ class DeviceBatches:
 
     def __iter__(self) -> Iterator[dict]:
         pending = None
-        for batch in self._timed(self._epoch_iterator()):
+        for batch in self._timed(self._epoch_batches()):
             staged = self._to_device(batch)
             if pending is not None:
                 yield self._hand_over(*pending)
             pending = staged
-        # Every batch of this epoch is in hand (the loader's iterator is spent): the next epoch may start.
-        self._start_next_epoch()
         if pending is not None:
             yield self._hand_over(*pending)

@@ -1,6 +1,6 @@
 """Training batches of fp8 features dequantized after collate (on the GPU in training) equal speculators'
 own fp8 path, which dequantizes each sample in its loader; and the training step's helpers: batches a step
-ahead, epochs started early, the time spent waiting on the loader."""
+ahead, the time spent waiting on the loader."""
 
 from __future__ import annotations
 
@@ -119,64 +119,6 @@ def test_scalar_metrics_are_built_on_the_device_without_a_blocking_copy():
         got, want = trainer.torch.tensor(value, dtype=dtype), torch.tensor(value, dtype=dtype)
         assert got.dtype == want.dtype and got.item() == want.item()
     assert trainer.torch.autocast is torch.autocast and trainer.torch.Tensor is torch.Tensor
-
-
-class EpochSampler:
-    """A batch sampler whose order depends on the epoch, recording each epoch it was iterated for."""
-
-    def __init__(self, rows: int):
-        self.rows, self.epoch, self.iterated = rows, 0, []
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        self.iterated.append(self.epoch)
-        order = [(i * (self.epoch + 3)) % self.rows for i in range(self.rows)]
-        return iter([order[i : i + 2] for i in range(0, self.rows, 2)])
-
-    def __len__(self) -> int:
-        return self.rows // 2
-
-
-def test_the_next_epoch_starts_loading_once_this_one_is_in_hand_with_the_batches_it_would_have():
-    import torch
-    from torch.utils.data import DataLoader
-
-    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches
-
-    def epochs_of(loader, sampler, epochs):
-        seen = []
-        for epoch in epochs:
-            sampler.set_epoch(epoch)  # as speculators' trainer does at the top of each epoch
-            seen.append([batch["row"].tolist() for batch in loader])
-        return seen
-
-    def loader_over(sampler):
-        # Persistent workers, as speculators builds its loaders: one iterator, reset for each epoch.
-        return DataLoader(
-            [{"row": i} for i in range(8)],
-            batch_sampler=sampler,
-            num_workers=1,
-            persistent_workers=True,
-            multiprocessing_context="fork",
-        )
-
-    plain = EpochSampler(8)
-    want = epochs_of(loader_over(plain), plain, [0, 1, 2])
-
-    sampler = EpochSampler(8)
-    batches = DeviceBatches(loader_over(sampler), torch.device("cpu"), last_epoch=2)
-    first = epochs_of(batches, sampler, [0])
-    # Epoch 1 was started as soon as epoch 0's batches were all taken, and the sampler reads epoch 0 again.
-    assert sampler.iterated[-1] == 1 and sampler.epoch == 0 and batches.early[0] == 1
-    assert first + epochs_of(batches, sampler, [1, 2]) == want
-    assert sampler.iterated[-1] == 2 and batches.early is None  # none after the last epoch
-    # A trainer asking for another epoch than the one started early gets that epoch's batches.
-    batches.early = None
-    epochs_of(batches, sampler, [0])
-    assert batches.early[0] == 1
-    assert epochs_of(batches, sampler, [2]) == want[2:]
 
 
 def test_a_generated_fp8_row_is_checked_like_a_bf16_one():
