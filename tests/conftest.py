@@ -25,11 +25,23 @@ KINDS = ("unit", "integration", "e2e")
 TESTS = Path(__file__).parent
 
 
+# The demos run one after another (tiny-qwen3, tiny-kimi, tiny-qwen3 again); the tests that read the chain's
+# later demos run last, so that every other test runs while the chain is still going, not after it.
+LATER_DEMOS = "kimi_demo_run"
+
+
+def _reads_the_later_demos(item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return LATER_DEMOS in item.fixturenames or (callspec is not None and LATER_DEMOS in callspec.params.values())
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
 def pytest_collection_modifyitems(items):
     for item in items:
         kind = Path(item.path).relative_to(TESTS).parts[0]
         if kind in KINDS:
             item.add_marker(kind)
+    items.sort(key=_reads_the_later_demos)  # stable: the order is otherwise kept
 
 
 @pytest.fixture
