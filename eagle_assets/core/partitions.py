@@ -33,13 +33,27 @@ def add_training_run(instance: dg.DagsterInstance, name: str) -> bool:
     return True
 
 
+def recent_materializations(
+    instance: dg.DagsterInstance, asset: str, run: str, limit: int
+) -> list[dg.AssetMaterialization]:
+    """The latest ``limit`` materializations of ``asset`` (one keyed by training run) for the training run
+    ``run``, newest first."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[run]), limit=limit
+    ).records
+    return [record.asset_materialization for record in records]
+
+
+def plain_metadata(materialization: dg.AssetMaterialization) -> dict:
+    """A materialization's metadata as plain values (each ``MetadataValue``'s ``value``)."""
+    return {k: v.value for k, v in materialization.metadata.items()}
+
+
 def latest_metadata(instance: dg.DagsterInstance, asset: str, run: str) -> dict | None:
     """The metadata of the latest materialization of ``asset`` (one keyed by training run) for the training
-    run ``run``, as plain values (each ``MetadataValue``'s ``value``); None before the first."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[run]), limit=1
-    ).records
-    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None
+    run ``run``, as plain values; None before the first."""
+    latest = recent_materializations(instance, asset, run, limit=1)
+    return plain_metadata(latest[0]) if latest else None
 
 
 def latest_checkpoint(instance: dg.DagsterInstance, run: str) -> Path:

@@ -37,6 +37,10 @@ OUTPUTS_SCHEMA = pa.schema(
 )
 
 
+# The report's (and the materialization's) name for what the measurement depends on (eagle3_eval.reuse).
+MEASUREMENT_KEY = "measurement_key"
+
+
 @dataclass(frozen=True)
 class AcceptanceSettings:
     """How the checkpoint is served and measured (the launchpad's settings)."""
@@ -138,11 +142,19 @@ def per_request_rows(plan: EvalPlan, evaluation: Evaluation) -> list[dict]:
 
 
 def build_report(
-    plan: EvalPlan, evaluation: Evaluation, folder: Path, *, training_run: str, config: dict, dagster_run_id: str
+    plan: EvalPlan,
+    evaluation: Evaluation,
+    folder: Path,
+    *,
+    training_run: str,
+    config: dict,
+    dagster_run_id: str,
+    measurement_key: str | None = None,
 ) -> EvalReport:
     """The numbers of ``evaluation`` under each set's label, with each set's ``excluded_trained`` and its
     per-request numbers, and the report: the checkpoint, every set's name, version and prompt ids, the
-    settings, the server, the numbers, the per-request detail and the sweep."""
+    settings, the server, the numbers, the per-request detail, the sweep, what it was measured under
+    (:mod:`~eagle_assets.eagle3_eval.reuse`) and its data version."""
     label, ood_label = plan.label, plan.ood_label
     sets = measured_sets(plan)
     numbers = {
@@ -189,11 +201,14 @@ def build_report(
         "server_model": evaluation.served.server_model,
         "vllm_version": evaluation.served.vllm_version,
         "dagster_run_id": dagster_run_id,
+        MEASUREMENT_KEY: measurement_key,
         **numbers,
         "per_request": {name: summary.detail() for name, summary in summaries.items() if summary.tally.steps},
         **({"sweep": evaluation.sweep.numbers()} if evaluation.sweep is not None else {}),
     }
-    return EvalReport(plan, labels, numbers, report, folder, requests_table(rows), summaries, evaluation.sweep)
+    built = EvalReport(plan, labels, numbers, report, folder, requests_table(rows), summaries, evaluation.sweep)
+    report["data_version"] = built.data_version
+    return built
 
 
 def greedy_outputs(plan: EvalPlan, evaluation: Evaluation) -> pa.Table:
@@ -245,6 +260,7 @@ def measure_acceptance(
     training_run: str,
     config: dict,
     dagster_run_id: str,
+    measurement_key: str | None = None,
 ) -> EvalReport:
     """Serve the verifier with the plan's checkpoint as its draft, measure every prompt set (and, with
     ``verifier``, the simulated acceptance; with a sweep, each K), and write the report under
@@ -280,6 +296,7 @@ def measure_acceptance(
         training_run=training_run,
         config=config,
         dagster_run_id=dagster_run_id,
+        measurement_key=measurement_key,
     )
     for name, difference in report.disagreements.items():
         log.warning(

@@ -34,10 +34,9 @@ from pydantic import Field
 
 from eagle_assets.core.layout import EAGLE3_CHECKPOINT, EAGLE3_EVAL, PIPELINE, asset_folder, named_checkpoint
 from eagle_assets.core.partitions import latest_checkpoint, latest_metadata, training_runs
-from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, EvalReport, measure_acceptance
+from eagle_assets.eagle3_eval.acceptance import AcceptanceSettings, measure_acceptance
 from eagle_assets.eagle3_eval.checks import acceptance_check_result, counters_check_result
 from eagle_assets.eagle3_eval.evaluate import EvaluationError
-from eagle_assets.eagle3_eval.numbers import acceptance_table
 from eagle_assets.eagle3_eval.per_request import AGREEMENT
 from eagle_assets.eagle3_eval.plan import (
     EvalPlanError,
@@ -45,7 +44,8 @@ from eagle_assets.eagle3_eval.plan import (
     evaluation_only_sources,
     plan_evaluation,
 )
-from eagle_assets.eagle3_eval.plot import markdown_image
+from eagle_assets.eagle3_eval.result import materialize_result, stored_measurement
+from eagle_assets.eagle3_eval.reuse import measurement_key
 from eagle_assets.eagle3_eval.suite_sets import (
     DEFAULT_SUITES,
     HELDOUT_SUITE,
@@ -54,9 +54,7 @@ from eagle_assets.eagle3_eval.suite_sets import (
     check_suite_names,
     dataset_set,
     registered_sets,
-    suites_table,
 )
-from eagle_assets.eagle3_eval.suite_summary import summary_table
 from eagle_assets.plugin_manager import dataset_sources, eval_suites
 from eagle_assets.resources import StorageRoot, Verifier, VLLMServer
 
@@ -124,6 +122,12 @@ class Eagle3EvalConfig(dg.Config):
         "decodes fastest on this host is named; [] = no sweep. Managed servers only.",
     )
     sweep_max_prompts: int = Field(default=16, ge=1, description="Held-out prompts served per K of the sweep.")
+    reuse: bool = Field(
+        default=True,
+        description="Reuse the stored measurement when nothing it depends on changed (the checkpoint, the prompt "
+        "sets, these settings, the managed server's launch and served weights, vLLM's version); false measures "
+        "again. A systemd or external server is always measured.",
+    )
     min_acceptance_length: float = Field(
         default=2.0,
         ge=1.0,
@@ -140,45 +144,6 @@ def chosen_checkpoint(instance: dg.DagsterInstance, run: str, storage: StorageRo
         return check_checkpoint(folder, run)
     except EvalPlanError as err:
         raise dg.Failure(str(err)) from None
-
-
-def per_request_metadata(report: EvalReport) -> dict:
-    """A Markdown table per set, the plot of τ along the output (inline and as a file), requests.parquet."""
-    meta = {}
-    for label, summary in report.summaries.items():
-        if summary.tally.steps:
-            counter_tau = report.numbers.get(f"{label}/acceptance_length")
-            meta[f"{label}/per_request"] = dg.MetadataValue.md(summary_table(summary, counter_tau))
-    if report.plot_file.exists():
-        meta["tau_along_trace"] = dg.MetadataValue.md(markdown_image(report.plot_file, "τ along the output"))
-        meta["tau_along_trace_plot"] = dg.MetadataValue.path(str(report.plot_file))
-    if report.requests is not None:
-        meta["requests"] = dg.MetadataValue.path(str(report.requests_file))
-    return meta
-
-
-def materialize_result(report: EvalReport, run: str, min_acceptance_length: float) -> dg.MaterializeResult:
-    """The numbers of every prompt set, their tables, the plot, and where the report and its tables are."""
-    plan = report.plan
-    return dg.MaterializeResult(
-        metadata={
-            **report.numbers,
-            "acceptance": dg.MetadataValue.md(acceptance_table(report.numbers, report.labels)),
-            "suites": dg.MetadataValue.md(suites_table(report.report["suites"])),
-            **per_request_metadata(report),
-            **({"sweep": dg.MetadataValue.md(report.sweep.table())} if report.sweep is not None else {}),
-            "eval_set": plan.label,
-            "ood_eval_set": plan.ood_label or "(none)",
-            "training_run": run,
-            "min_acceptance_length": min_acceptance_length,
-            "checkpoint": dg.MetadataValue.path(str(plan.checkpoint)),
-            "report": dg.MetadataValue.path(str(report.report_file)),
-            "greedy_outputs": dg.MetadataValue.path(str(report.greedy_outputs_file)),
-            "partitions": ", ".join(plan.partitions),
-            "ood_partitions": ", ".join(plan.ood.partitions) or "(none)",
-        },
-        data_version=dg.DataVersion(report.data_version),
-    )
 
 
 def build(partitions: dg.PartitionsDefinition) -> dict:
@@ -242,6 +207,23 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             sweep_num_speculative_tokens=tuple(config.sweep_num_speculative_tokens),
             sweep_max_prompts=config.sweep_max_prompts,
         )
+        key = measurement_key(
+            plan,
+            settings,
+            vllm_server,
+            verifier if config.simulated else None,
+            config.model_dump(),
+            training_run=run,
+            code_version=CODE_VERSION,
+        )
+        stored = stored_measurement(context.instance, run, key) if config.reuse and key else None
+        if stored is not None:
+            context.log.info(
+                f"{checkpoint.name}: measured in run {stored.metadata['measured_in_run'].value} with this checkpoint, "
+                "these prompt sets and settings, the same served weights and vLLM; that measurement is reused "
+                "(reuse: false measures again)"
+            )
+            return stored
         try:
             report = measure_acceptance(
                 plan,
@@ -253,6 +235,7 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 training_run=run,
                 config=config.model_dump(),
                 dagster_run_id=context.run.run_id,
+                measurement_key=key,
             )
         except EvaluationError as err:
             raise dg.Failure(str(err)) from err

@@ -1,6 +1,7 @@
 """`make demo`, then `make demo VERIFIER=tiny-kimi`, then `make demo` again, in one DAGSTER_HOME and storage
 root (tests/conftest.py runs them in that order): each draft is trained on its own verifier's samples, the
-way back reuses everything stored, and both kept checkpoints still verify after the later materializations."""
+way back reuses everything stored (its evaluation included), and both kept checkpoints still verify after the
+later materializations."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_each_verifier_trains_on_its_own_samples_and_both_checkpoints_verify(dem
     assert re.search(r"demo: \d+ prompts in splits .*, 0 to capture", log), log[-3000:]
     assert _checkpoint(back_demo.output) == _checkpoint(demo.output)
     assert "was kept by training run 'demo' before; its records stay as they are" in log  # nothing rewritten
+    # The same checkpoint, prompts, settings, server and vLLM: the evaluation is the one stored, not re-measured.
+    assert "that measurement is reused" in log, log[-3000:]
 
     script = Path(sys.executable).with_name("eagle-assets")
     for checkpoint in (_checkpoint(demo.output), _checkpoint(kimi_demo.output)):

@@ -75,7 +75,9 @@ def test_the_report_holds_each_sets_numbers_under_its_label(tmp_path):
         "server_model": "verifier",
         "vllm_version": "0.0-test",
         "dagster_run_id": "r1",
+        "measurement_key": None,  # no key given: a report no later evaluation reuses
         **numbers,
+        "data_version": report.data_version,
     }
     table = acceptance_table(numbers, report.labels).splitlines()
     assert table[2] == "| heldout[demo] | 2 | 2.800 | 0.800 / 0.600 / 0.400 | — | — |"

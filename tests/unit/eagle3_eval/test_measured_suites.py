@@ -66,8 +66,8 @@ def measured(tmp_path: Path, server: ScriptedVLLM):
 def test_every_set_is_measured_per_request_and_agrees_with_the_counters(tmp_path):
     import dagster as dg
 
-    from eagle_assets.eagle3_eval.asset import materialize_result
     from eagle_assets.eagle3_eval.checks import counters_check_result
+    from eagle_assets.eagle3_eval.result import materialize_result
 
     with ScriptedVLLM(str(tmp_path / "eagle3_checkpoint" / "0123abcd")) as server:
         report, log = measured(tmp_path, server)
