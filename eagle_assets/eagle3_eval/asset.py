@@ -207,24 +207,24 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             sweep_num_speculative_tokens=tuple(config.sweep_num_speculative_tokens),
             sweep_max_prompts=config.sweep_max_prompts,
         )
-        key = measurement_key(
-            plan,
-            settings,
-            vllm_server,
-            verifier if config.simulated else None,
-            config.model_dump(),
-            training_run=run,
-            code_version=CODE_VERSION,
-        )
-        stored = stored_measurement(context.instance, run, key) if config.reuse and key else None
-        if stored is not None:
-            context.log.info(
-                f"{checkpoint.name}: measured in run {stored.metadata['measured_in_run'].value} with this checkpoint, "
-                "these prompt sets and settings, the same served weights and vLLM; that measurement is reused "
-                "(reuse: false measures again)"
-            )
-            return stored
         try:
+            key = measurement_key(
+                plan,
+                settings,
+                vllm_server,
+                verifier if config.simulated else None,
+                config.model_dump(),
+                training_run=run,
+                code_version=CODE_VERSION,
+            )
+            stored = stored_measurement(context.instance, run, key) if config.reuse and key else None
+            if stored is not None:
+                context.log.info(
+                    f"{checkpoint.name}: measured in run {stored.metadata['measured_in_run'].value} with this "
+                    "checkpoint, these prompt sets and settings, the same served weights and vLLM; that measurement "
+                    "is reused (reuse: false measures again)"
+                )
+                return stored
             report = measure_acceptance(
                 plan,
                 settings,

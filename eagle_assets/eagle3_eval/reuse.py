@@ -55,6 +55,10 @@ def measurement_key(
     acceptance) the verifier; None when the server is not one this process launches from a local folder."""
     if server.mode != "managed" or not Path(server.resolved_model()).is_dir():
         return None
+    try:
+        served_weights = verifier_identity(server.resolved_model())
+    except FileNotFoundError:
+        return None  # no config or weights to name: vLLM will say what is missing
     launch = speculative_server(server, plan.checkpoint, settings.num_speculative_tokens, settings.port)
     parts = {
         "code_version": code_version,
@@ -63,7 +67,7 @@ def measurement_key(
         "sets": [[s.record(), [_plain(item) for item in s.items]] for s in measured_sets(plan)],
         "config": {name: value for name, value in config.items() if name not in NOT_MEASURED},
         "launch": launch.managed_launch().fingerprint,
-        "served_weights": verifier_identity(server.resolved_model()),
+        "served_weights": served_weights,
         "vllm": installed_vllm(),
         "simulated_with": verifier.identity() if verifier is not None else None,
     }
