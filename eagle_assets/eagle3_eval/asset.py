@@ -22,7 +22,9 @@ Each prompt set's numbers carry its label as a key prefix (``heldout[demo]/accep
 different prompt sets, and training runs are separate partitions.
 
 Dagster wiring only: what to measure is :mod:`~eagle_assets.eagle3_eval.plan`, the measurement and its
-report :mod:`~eagle_assets.eagle3_eval.acceptance`, the checks' verdicts :mod:`~eagle_assets.eagle3_eval.checks`.
+report :mod:`~eagle_assets.eagle3_eval.acceptance`, when a stored one is reused
+:mod:`~eagle_assets.eagle3_eval.reuse`, the metadata :mod:`~eagle_assets.eagle3_eval.result`, the checks'
+verdicts :mod:`~eagle_assets.eagle3_eval.checks`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset function's annotations at runtime.
@@ -173,7 +175,8 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
         position k / drafts), `simulated_acceptance_length` (in-distribution: the draft's chained proposals
         against the verifier's greedy tokens, same convention), tokens/s, `excluded_trained` (held-out
         prompts left out because the checkpoint trained or validated on their problem); `acceptance` is
-        the table of all sets, `checkpoint` the folder evaluated.
+        the table of all sets, `checkpoint` the folder evaluated, `measured_in_run` the run that measured it (an
+        evaluation nothing changed reuses the stored measurement: `reuse` in the launchpad).
         """
         run = context.partition_key
         checkpoint = chosen_checkpoint(context.instance, run, storage, config.checkpoint)
