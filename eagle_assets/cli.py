@@ -89,7 +89,7 @@ def demo(
 
     Uses $DAGSTER_HOME (the Makefile sets a persistent one), so `make ui` shows the runs afterwards.
     The terminal shows a status line per stage and a result line per asset; the full log goes to
-    $DAGSTER_HOME/logs/demo-<time>.log (its path printed first) unless --verbose.
+    $DAGSTER_HOME/demo-logs/demo-<time>.log (its path printed first) unless --verbose.
     """
     from eagle_assets.definitions import build_definitions
     from eagle_assets.demo.command import demo_command

@@ -85,6 +85,10 @@ def demo_ops(verifier: str = DEFAULT_EMBEDDED) -> dict:
 
 
 PROMPTS = dg.AssetKey("prompts")
+# The demo's full logs, under $DAGSTER_HOME. Not its "logs" folder: Dagster's telemetry uploader, started by
+# every `dagster dev` and daemon whatever dagster.yaml says, takes that folder's files to send them and
+# deletes them.
+DEMO_LOGS = "demo-logs"
 
 
 def run_demo(
@@ -182,12 +186,12 @@ def demo_command(
 ) -> int:
     """``eagle-assets demo`` in the terminal: :func:`run_demo` on the resources of the embedded ``verifier``
     (its server on ``port``, 0 = the resource's default; hidden states stored as ``feature_dtype``), a
-    status line per stage and a result line per asset, the full log in $DAGSTER_HOME/logs/demo-<time>.log
+    status line per stage and a result line per asset, the full log in $DAGSTER_HOME/demo-logs/demo-<time>.log
     unless ``verbose``, then :func:`outcome`. Returns the exit status: 2 for an unknown verifier or
     partition, 1 when a run failed. ``build_definitions`` is passed in: the demo sits beside the code
     location's definitions in the import layers, not above them."""
     log_file = (
-        Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / DEMO_LOGS / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
     )
     if not verbose:
         typer.echo(f"full log: {log_file}")
