@@ -57,7 +57,8 @@ setting of every side, each run's tokens/s, per variant the median and spread (m
 The last line, ``result shape=<preset> ...``, carries the headline figures: ``train_throughput_ratio_span``
 (the span rates' ratio) before ``train_throughput_ratio`` (the timed epochs'), ``gpu_bound_fraction`` (and its
 span twin), and ``mfu`` = ours' median rate x the draft's matmul FLOPs per token
-(:func:`benchmarks.draft_shapes.train_flops_per_token`) / the bf16 matmul peak measured in the job.
+(:func:`benchmarks.draft_shapes.train_flops_per_token`) / the bf16 matmul peak measured in the job (given to the
+GPU-bound probe too, unless ``--probe-args`` names one).
 
 Sizes: rows of ``--seq-len`` tokens (default 1536-2048); only ``--distinct-rows`` of them are different
 tensor files (the rest repeat them under their own prompt ids), so writing the data costs seconds;
@@ -199,7 +200,11 @@ def main() -> None:
 
     workers = gpu_worker_count(settings.num_processes)
     settings_loss = "fused" if settings.loss_implementation == "auto" else settings.loss_implementation
-    probe_args = (*args.probe_args.split(), "--shape", args.shape)
+    peak = matmul_peak()
+    # The probe's MFU against the job's peak: measured again in its process, right after another GPU process
+    # ended, one read 528.6 TFLOP/s against the job's 769.6.
+    own_peak = () if "--peak-tflops" in args.probe_args else ("--peak-tflops", f"{peak / 1e12:.1f}")
+    probe_args = (*args.probe_args.split(), "--shape", args.shape, *own_peak)
     commands = variant_commands(
         settings, data, vocab, verifier, captured, config.eos_token_id, workers, fp8, probe_args
     )
@@ -211,7 +216,6 @@ def main() -> None:
         tokens_per_epoch(data.path, data.train_data_ratio, total_seq_len, settings.seed, e)
         for e in range(1, args.epochs)
     ]
-    peak = matmul_peak()
     flops_per_token = train_flops_per_token(config, draft_vocab)
     print(
         f"device={torch.cuda.get_device_name()} shape={args.shape} aux+final={captured} rows={data.num_rows} "
