@@ -210,15 +210,10 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
             sweep_num_speculative_tokens=tuple(config.sweep_num_speculative_tokens),
             sweep_max_prompts=config.sweep_max_prompts,
         )
+        simulating, config_values = (verifier if config.simulated else None), config.model_dump()
         try:
             key = measurement_key(
-                plan,
-                settings,
-                vllm_server,
-                verifier if config.simulated else None,
-                config.model_dump(),
-                training_run=run,
-                code_version=CODE_VERSION,
+                plan, settings, vllm_server, simulating, config_values, training_run=run, code_version=CODE_VERSION
             )
             stored = stored_measurement(context.instance, run, key) if config.reuse and key else None
             if stored is not None:
@@ -232,11 +227,11 @@ def build(partitions: dg.PartitionsDefinition) -> dict:
                 plan,
                 settings,
                 vllm_server,
-                verifier if config.simulated else None,
+                simulating,
                 asset_folder(storage.root, EAGLE3_EVAL),
                 context.log,
                 training_run=run,
-                config=config.model_dump(),
+                config=config_values,
                 dagster_run_id=context.run.run_id,
                 measurement_key=key,
             )

@@ -53,10 +53,11 @@ def measurement_key(
     """What the measurement depends on, hashed: the training run and checkpoint, every set's record and requests,
     the settings, the speculating server's launch, the served weights, vLLM's version and (for the simulated
     acceptance) the verifier; None when the server is not one this process launches from a local folder."""
-    if server.mode != "managed" or not Path(server.resolved_model()).is_dir():
+    model = server.resolved_model() if server.mode == "managed" else ""
+    if not model or not Path(model).is_dir():
         return None
     try:
-        served_weights = verifier_identity(server.resolved_model())
+        served_weights = verifier_identity(model)
     except FileNotFoundError:
         return None  # no config or weights to name: vLLM will say what is missing
     launch = speculative_server(server, plan.checkpoint, settings.num_speculative_tokens, settings.port)

@@ -13,6 +13,10 @@ run. Each later epoch's batches come from a private copy of the trainer's sample
 chain hands an epoch's batches over only when they are the batches the trainer's own sampler has for it;
 otherwise (a resumed epoch's remaining batches, an epoch out of order, an epoch left unfinished) a new chain
 starts at that epoch. Batches, their order and contents are unchanged.
+
+Measured with it (the same set): the training thread waits 0.01 s per timed epoch for batches, but the two timed
+epochs add up to the same 29.4-29.8 s: the loading that epoch 2 used to get done during the first validation
+now runs beside its last steps, and building batches costs the steps beside it even when none waits.
 """
 
 from __future__ import annotations
