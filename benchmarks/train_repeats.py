@@ -119,6 +119,8 @@ class Repeats:
             )
             if probe_log.loader_rates:
                 line += f", loader path alone {' '.join(f'{r:.0f}' for r in probe_log.loader_rates)} tok/s"
+            if probe_log.real_rates:
+                line += f", steps on the real loader path {' '.join(f'{r:.0f}' for r in probe_log.real_rates)} tok/s"
             return rate, startup, line
         log = timed_run(name, self.commands[name](save), save, epochs)
         rate, startup = self.timed_tokens / sum(log.epoch_durations(epochs)), log.startup_seconds()

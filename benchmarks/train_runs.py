@@ -12,7 +12,8 @@ import re
 import time
 from pathlib import Path
 
-from benchmarks.train_step_probe import AS_TRAINED, LOADER_PROBE_LINE, PROBE_LINE
+from benchmarks.train_step_probe import AS_TRAINED, PROBE_LINE
+from benchmarks.train_step_resident import LOADER_PROBE_LINE, REAL_PROBE_LINE
 from eagle_assets.eagle3_checkpoint import trainer
 
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
@@ -67,11 +68,13 @@ class ProbeLog(StampedLog):
 
     RATE = re.compile(rf"{PROBE_LINE} loss=(\w+) \({AS_TRAINED}\).*tokens_per_s=(\d+)")
     LOADER_RATE = re.compile(rf"{LOADER_PROBE_LINE} epoch=\d+ .*tokens_per_s=(\d+)")
+    REAL_RATE = re.compile(rf"{REAL_PROBE_LINE} epoch=\d+ .*tokens_per_s=(\d+)")
 
     def __init__(self, name: str):
         super().__init__(name, quiet=False)
         self.rates: dict[str, float] = {}
         self.loader_rates: list[float] = []  # the loader path alone, per epoch (``--loader-epochs``)
+        self.real_rates: list[float] = []  # the steps on the real loader path, per epoch (``--real-epochs``)
         self.probing: float | None = None
 
     def info(self, line: str) -> None:
@@ -84,6 +87,9 @@ class ProbeLog(StampedLog):
         loader = self.LOADER_RATE.search(line)
         if loader:
             self.loader_rates.append(float(loader.group(1)))
+        real = self.REAL_RATE.search(line)
+        if real:
+            self.real_rates.append(float(real.group(1)))
 
 
 def tokens_per_epoch(

@@ -1,16 +1,18 @@
 """The GPU-bound rate of a draft-training step, and where a real step's time goes.
 
-    python benchmarks/train_step_probe.py [--resident-batches 8] [--steps 60] [--losses fused eager]
-                                          [--profile-steps 20] [--profile-resident 10]
+    python benchmarks/train_step_probe.py [--resident-batches 0] [--steps 60] [--losses fused eager]
+                                          [--profile-steps 20] [--profile-resident 10] [--real-epochs 2]
                                           [--shape kimi-k2.5] -- <speculators train flags>
 
 Starts the training process exactly as ``eagle_assets.eagle3_checkpoint.trainer_process.launch`` does \
 (speculators' config, draft,
 loaders and trainer, with this project's additions), then, instead of training epochs:
 
-1. takes the first ``--resident-batches`` batches of the real training loader and keeps them on the GPU;
+1. keeps the first epoch's batches on the GPU: all of them, or ``--resident-batches`` spread evenly over it
+   (:mod:`benchmarks.train_step_resident`: the ceiling is measured on the rows the epochs train);
 2. for each loss in ``--losses``: runs the trainer's own ``train_epoch`` over those resident batches
-   (``--warmup-steps`` first: compilation), then ``--steps`` timed steps, and prints
+   (``--warmup-steps`` first, every row length among them: compilation), then ``--steps`` timed steps in
+   whole passes over them, and prints
    ``probe resident loss=<impl> ... tokens_per_s=<rate> ... recompiles=<n>`` -- the step rate with no data
    loading at all (same draft, same loss, same step code), the ceiling the real loader path is measured against;
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
@@ -28,7 +30,10 @@ to show what removing them is worth; ``--padded-rows`` times them once more with
    host time per step spent waiting for the device, the device's busy share, and the top host ops;
 5. with ``--loader-epochs N``: iterates the real loader path alone (workers, pinned copies, the side-stream
    copy to the GPU, one loader iterator across the epochs) for N epochs with no step between batches, and prints
-   ``probe loader epoch=<k> ... tokens_per_s=<rate>``: the most that path can feed, beside the step's rate.
+   ``probe loader epoch=<k> ... tokens_per_s=<rate>``: the most that path can feed, beside the step's rate;
+6. with ``--real-epochs N``: trains N epochs (from epoch 1) with the trainer's own steps on the real loader
+   path and prints ``probe real epoch=<k> ... tokens_per_s=<rate>``: the resident rate with the loading
+   beside the steps, in the same process (no validation or saves between epochs).
 
 ``--shape`` names the verifier preset (:mod:`benchmarks.draft_shapes`) for the result lines, which carry
 ``shape=``, the draft's trainable parameters as built, and ``mfu=``: the step's matmul FLOPs (6 per weight
@@ -55,10 +60,18 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.draft_shapes import PRESETS, train_flops_per_token, verifier_config  # noqa: E402
 from benchmarks.peak import matmul_peak  # noqa: E402
 from benchmarks.train_step_profiles import compile_counters, profile_real_steps, profile_resident_steps  # noqa: E402
+from benchmarks.train_step_resident import (  # noqa: E402
+    ResidentBatches,
+    loader_epochs,
+    padded_row,
+    real_epochs,
+    spread_indices,
+    warmup_order,
+    whole_passes,
+)
 from eagle_assets.eagle3_checkpoint.trainer_process import launch  # noqa: E402
 
 PROBE_LINE = "probe resident"
-LOADER_PROBE_LINE = "probe loader"
 # The label of the resident steps as the trainer runs them: the rate ``train_gpu.py`` reads as the ceiling.
 AS_TRAINED = "without host syncs"
 
@@ -71,66 +84,6 @@ def resident_line(loss: str, label: str, steps: int, tokens: int, seconds: float
         f"step_ms={seconds / steps * 1000:.1f} tokens_per_s={tokens / seconds:.0f} shape={shape} mfu={mfu:.3f} "
         f"recompiles={compile_counters()['recompiles']}"
     )
-
-
-def loader_epochs(loader, epochs: int) -> None:
-    """Prints each epoch's rate of ``loader`` (the trainer's :class:`DeviceBatches`) iterated with nothing else
-    running, epochs set as the trainer sets them; ends with the device idle."""
-    import torch
-
-    def synchronize() -> None:
-        if loader.device.type == "cuda":
-            torch.cuda.synchronize(loader.device)
-
-    sampler = loader.batch_sampler
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        synchronize()
-        started = time.perf_counter()
-        tokens = torch.zeros((), dtype=torch.int64, device=loader.device)
-        batches = 0
-        for batch in loader:
-            tokens += (batch["document_ids"] != -1).sum()  # counted on the device: no wait per batch
-            batches += 1
-        synchronize()
-        seconds = time.perf_counter() - started
-        print(
-            f"{LOADER_PROBE_LINE} epoch={epoch} batches={batches} tokens={int(tokens)} seconds={seconds:.2f} "
-            f"waited={loader.wait.seconds:.2f}s first_batch={loader.wait.first_batch_s:.2f}s "
-            f"tokens_per_s={int(tokens) / seconds:.0f}",
-            flush=True,
-        )
-
-
-class ResidentBatches:
-    """``steps`` batches cycling through ``batches`` (already on the GPU), as a loader for ``train_epoch``."""
-
-    batch_sampler = None
-
-    def __init__(self, batches: list[dict], steps: int):
-        self.batches, self.steps = batches, steps
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __iter__(self):
-        for batch in itertools.islice(itertools.cycle(self.batches), self.steps):
-            yield dict(batch)
-
-
-def padded_row(batch: dict, max_len: int) -> dict:
-    """A resident batch padded back to ``max_len`` positions as speculators' collate pads it (zeros; -1 in
-    ``document_ids``): the step speculators' trainer runs on the same tokens."""
-    import torch.nn.functional as F
-
-    length = batch["document_ids"].shape[1]
-    out = {}
-    for key, value in batch.items():
-        if hasattr(value, "dim") and value.dim() >= 2 and value.shape[1] == length:
-            widths = [0, 0] * (value.dim() - 2) + [0, max_len - length]
-            value = F.pad(value, widths, value=-1 if key == "document_ids" else 0)
-        out[key] = value
-    return out
 
 
 def use_loss(trainer, implementation: str) -> None:
@@ -162,21 +115,27 @@ def probe(trainer, args) -> None:
     import torch
 
     real_loader = trainer.train_loader
-    resident = list(itertools.islice(iter(real_loader), args.resident_batches))
+    keep = set(spread_indices(len(real_loader), args.resident_batches))
+    resident = [batch for index, batch in enumerate(real_loader) if index in keep]
     tokens_per_batch = [int((b["document_ids"] != -1).sum()) for b in resident]
+    resident_bytes = sum(v.nbytes for b in resident for v in b.values() if isinstance(v, torch.Tensor))
+    warm = warmup_order([b["document_ids"].shape[1] for b in resident], args.warmup_steps)
+    steps = whole_passes(args.steps, len(resident))
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     config = verifier_config(args.shape)
     flops_per_token = train_flops_per_token(config, args.draft_vocab)
     peak = args.peak_tflops * 1e12 if args.peak_tflops else matmul_peak()
     print(
-        f"probe: shape={args.shape} {len(resident)} resident batches, {sum(tokens_per_batch) / len(resident):.0f} "
-        f"tokens each on average, device {torch.cuda.get_device_name()}, draft trainable params {trainable} "
-        f"(matmul FLOPs/token {flops_per_token / 1e9:.2f} G), bf16 peak {peak / 1e12:.1f} TFLOP/s",
+        f"probe: shape={args.shape} {len(resident)} resident batches of the epoch's {len(real_loader)} "
+        f"({resident_bytes / 1e9:.1f} GB), {sum(tokens_per_batch) / len(resident):.0f} tokens each on average, "
+        f"{steps} timed steps after {len(warm)} untimed, device {torch.cuda.get_device_name()}, draft trainable "
+        f"params {trainable} (matmul FLOPs/token {flops_per_token / 1e9:.2f} G), bf16 peak {peak / 1e12:.1f} TFLOP/s",
         flush=True,
     )
     for implementation in args.losses:
         use_loss(trainer, implementation)
-        timed_steps(trainer, resident, args.warmup_steps, tokens_per_batch)  # compiles for this loss
+        # Compiles for this loss, every row length before the timed steps.
+        timed_steps(trainer, [resident[i] for i in warm], len(warm), [tokens_per_batch[i] for i in warm])
         variants = [(AS_TRAINED, None, resident)]
         if args.with_host_syncs:
             variants.append(("with speculators' host syncs", torch, resident))
@@ -192,11 +151,11 @@ def probe(trainer, args) -> None:
             if module is not None:
                 trainer_module.torch = module
             try:
-                seconds, tokens = timed_steps(trainer, batches, args.steps, tokens_per_batch)
+                seconds, tokens = timed_steps(trainer, batches, steps, tokens_per_batch)
             finally:
                 trainer_module.torch = patched
             mfu = tokens / seconds * flops_per_token / peak
-            print(resident_line(implementation, label, args.steps, tokens, seconds, args.shape, mfu), flush=True)
+            print(resident_line(implementation, label, steps, tokens, seconds, args.shape, mfu), flush=True)
         if args.profile_resident:
             try:  # a diagnostic: its failure must not discard the rates above
                 profile_resident_steps(
@@ -209,6 +168,8 @@ def probe(trainer, args) -> None:
                 print(f"probe profile resident failed:\n{traceback.format_exc()}", flush=True)
     if args.profile_steps:
         profile_real_steps(trainer, real_loader, args.profile_steps)
+    if args.real_epochs:
+        real_epochs(trainer, real_loader, args.real_epochs)
     if args.loader_epochs:
         loader_epochs(real_loader, args.loader_epochs)
 
@@ -234,9 +195,11 @@ def without_forced_graph_break() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--resident-batches", type=int, default=8)
+    parser.add_argument(
+        "--resident-batches", type=int, default=0, help="batches kept on the GPU, spread over the epoch (0: all)"
+    )
     parser.add_argument("--warmup-steps", type=int, default=12, help="untimed steps per loss (compilation)")
-    parser.add_argument("--steps", type=int, default=60, help="timed steps per loss")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per loss, in whole passes")
     parser.add_argument("--losses", nargs="+", default=["fused"], choices=["fused", "eager"])
     parser.add_argument(
         "--with-host-syncs",
@@ -259,6 +222,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--loader-epochs", type=int, default=0, help="iterate the real loader path alone for this many epochs"
+    )
+    parser.add_argument(
+        "--real-epochs", type=int, default=0, help="train this many epochs on the real loader path (timed)"
     )
     parser.add_argument("--shape", choices=PRESETS, default="llama-3.1-8b", help="the verifier preset (result lines)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for the MFU (default: measured)")

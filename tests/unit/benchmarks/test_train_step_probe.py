@@ -1,31 +1,11 @@
-"""The GPU-bound probe: its padded rows are speculators' rows (what it compares ours with), its result line
-is the one train_gpu.py reads, its draft without speculators' forced graph break has none, and it times the
-loader path alone."""
+"""The GPU-bound probe: its result line is the one train_gpu.py reads, and its draft without speculators'
+forced graph break has none."""
 
 from __future__ import annotations
 
 import torch
 
-from benchmarks.train_step_probe import padded_row
 from tests.helpers.synthetic import training_sample
-
-
-def test_a_cut_row_padded_back_is_speculators_row():
-    from speculators.models.eagle3.data import shift_batch
-    from speculators.train.data import CollateFn
-
-    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import trim_padding
-
-    torch.manual_seed(0)
-    samples = [training_sample(n, 8) for n in (700, 600)]
-    theirs = CollateFn(3072, 8, 3, dtype=torch.float32, preprocess=shift_batch)(samples)
-    cut = trim_padding(theirs, 3072)
-    assert cut["input_ids"].shape[1] == 2048
-    back = padded_row(cut, 3072)
-    assert back.keys() == theirs.keys()
-    for key, want in theirs.items():
-        got = back[key]
-        assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want, key
 
 
 def test_train_gpu_reads_the_rate_of_the_steps_as_trained_from_the_probes_line():
@@ -69,37 +49,3 @@ def test_without_the_forced_break_the_draft_layer_compiles_as_one_graph(monkeypa
     assert user_breaks() > 0  # as speculators ships it on torch >= 2.10
     monkeypatch.setattr(model_definitions, "torch", torch_before_the_break())
     assert user_breaks() == 0
-
-
-def test_the_loader_path_alone_is_timed_per_epoch_and_read_by_train_gpu(capsys):
-    from torch.utils.data import DataLoader
-
-    from benchmarks.train_runs import ProbeLog
-    from benchmarks.train_step_probe import loader_epochs
-    from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches
-
-    class Sampler:  # as speculators' batch sampler: an order per epoch
-        epoch = 0
-
-        def set_epoch(self, epoch):
-            self.epoch = epoch
-
-        def __iter__(self):
-            return iter([[0, 1], [2, 3], [4]])
-
-        def __len__(self):
-            return 3
-
-    # Rows of 4 positions, the last one padding (-1): 4 tokens per batch of two rows, 2 in the last.
-    rows = [{"document_ids": torch.tensor([0, 0, 0, -1])} for _ in range(5)]
-    loader = DataLoader(rows, batch_sampler=Sampler())
-    loader_epochs(DeviceBatches(loader, torch.device("cpu"), last_epoch=1), 2)
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split(" seconds=")[0] for line in lines] == [
-        f"probe loader epoch={epoch} batches=3 tokens=15" for epoch in (0, 1)
-    ]
-    assert all(" waited=" in line and " first_batch=" in line for line in lines)
-    log = ProbeLog("gpu-bound")
-    for line in lines:
-        log.info(line)
-    assert len(log.loader_rates) == 2 and all(rate > 0 for rate in log.loader_rates)
