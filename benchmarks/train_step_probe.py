@@ -33,7 +33,10 @@ to show what removing them is worth; ``--padded-rows`` times them once more with
    ``probe loader epoch=<k> ... tokens_per_s=<rate>``: the most that path can feed, beside the step's rate;
 6. with ``--real-epochs N``: trains N epochs (from epoch 1) with the trainer's own steps on the real loader
    path and prints ``probe real epoch=<k> ... tokens_per_s=<rate>``: the resident rate with the loading
-   beside the steps, in the same process (no validation or saves between epochs).
+   beside the steps, in the same process (no validation or saves between epochs);
+7. with ``--beside-loading pinned unpinned``: times one pass of resident steps while a thread drains an epoch
+   of a loader like the trainer's, with and without its pinning copy (``probe beside loading=<kind> ...``):
+   what building batches costs the steps beside it, apart from feeding them.
 
 ``--shape`` names the verifier preset (:mod:`benchmarks.draft_shapes`) for the result lines, which carry
 ``shape=``, the draft's trainable parameters as built, and ``mfu=``: the step's matmul FLOPs (6 per weight
@@ -61,11 +64,13 @@ from benchmarks.draft_shapes import PRESETS, train_flops_per_token, verifier_con
 from benchmarks.peak import matmul_peak  # noqa: E402
 from benchmarks.train_step_profiles import compile_counters, profile_real_steps, profile_resident_steps  # noqa: E402
 from benchmarks.train_step_resident import (  # noqa: E402
+    BESIDE,
     ResidentBatches,
     loader_epochs,
     padded_row,
     real_epochs,
     spread_indices,
+    steps_beside_loading,
     warmup_order,
     whole_passes,
 )
@@ -166,6 +171,8 @@ def probe(trainer, args) -> None:
                 )
             except Exception:
                 print(f"probe profile resident failed:\n{traceback.format_exc()}", flush=True)
+    for kind in args.beside_loading:
+        steps_beside_loading(trainer, real_loader.loader, resident, tokens_per_batch, kind)
     if args.profile_steps:
         profile_real_steps(trainer, real_loader, args.profile_steps)
     if args.real_epochs:
@@ -225,6 +232,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--real-epochs", type=int, default=0, help="train this many epochs on the real loader path (timed)"
+    )
+    parser.add_argument(
+        "--beside-loading",
+        nargs="*",
+        default=[],
+        choices=list(BESIDE),
+        help="time a pass of resident steps while a loader like the trainer's builds an epoch, per kind",
     )
     parser.add_argument("--shape", choices=PRESETS, default="llama-3.1-8b", help="the verifier preset (result lines)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for the MFU (default: measured)")

@@ -14,6 +14,9 @@ import time
 
 LOADER_PROBE_LINE = "probe loader"
 REAL_PROBE_LINE = "probe real"
+BESIDE_PROBE_LINE = "probe beside"
+# What a loader built beside the resident steps does with its batches (``--beside-loading``).
+BESIDE = {"pinned": {"pin_memory": True}, "unpinned": {"pin_memory": False}}
 
 
 def spread_indices(total: int, wanted: int) -> list[int]:
@@ -100,11 +103,11 @@ def _epoch_line(label: str, epoch: int, counted: CountedBatches, seconds: float,
     )
 
 
-def _synchronize(loader) -> None:
+def _synchronize(device) -> None:
     import torch
 
-    if loader.device.type == "cuda":
-        torch.cuda.synchronize(loader.device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def loader_epochs(loader, epochs: int) -> None:
@@ -113,11 +116,11 @@ def loader_epochs(loader, epochs: int) -> None:
     for epoch in range(epochs):
         loader.batch_sampler.set_epoch(epoch)
         counted = CountedBatches(loader)
-        _synchronize(loader)
+        _synchronize(loader.device)
         started = time.perf_counter()
         for _batch in counted:
             pass
-        _synchronize(loader)
+        _synchronize(loader.device)
         print(_epoch_line(LOADER_PROBE_LINE, epoch, counted, time.perf_counter() - started, loader), flush=True)
 
 
@@ -127,8 +130,47 @@ def real_epochs(trainer, loader, epochs: int, first: int = 1) -> None:
     for epoch in range(first, first + epochs):
         counted = CountedBatches(loader)
         trainer.train_loader = counted
-        _synchronize(loader)
+        _synchronize(loader.device)
         started = time.perf_counter()
         trainer.train_epoch(epoch)
-        _synchronize(loader)
+        _synchronize(loader.device)
         print(_epoch_line(REAL_PROBE_LINE, epoch, counted, time.perf_counter() - started, loader), flush=True)
+
+
+def steps_beside_loading(trainer, dataloader, resident: list[dict], tokens_per_batch: list[int], kind: str) -> None:
+    """Prints the rate of one pass of resident steps while a thread drains an epoch of a loader like
+    ``dataloader`` (the trainer's; its workers started before timing; ``kind`` in :data:`BESIDE`: with or without
+    the pinning copy; nothing is copied to the GPU): what building batches costs the steps beside it, apart from
+    feeding them."""
+    import copy
+    import threading
+
+    from eagle_assets.eagle3_checkpoint.trainer_process.chained_epochs import loader_like
+
+    sampler = copy.copy(dataloader.batch_sampler)
+    sampler.set_epoch(0)
+    batches = iter(loader_like(dataloader, sampler, persistent_workers=False, **BESIDE[kind]))
+    next(batches)  # the workers' start (spawn, imports) is not the steady state
+    drained = [1]
+
+    def drain():
+        for _batch in batches:
+            drained[0] += 1
+
+    thread = threading.Thread(target=drain, daemon=True)
+    trainer.train_loader = ResidentBatches(resident, len(resident))
+    device = resident[0]["document_ids"].device
+    _synchronize(device)
+    started = time.perf_counter()
+    thread.start()
+    trainer.train_epoch(0)
+    _synchronize(device)
+    seconds = time.perf_counter() - started
+    thread.join()
+    print(
+        f"{BESIDE_PROBE_LINE} loading={kind} steps={len(resident)} tokens={sum(tokens_per_batch)} "
+        f"seconds={seconds:.3f} step_ms={seconds / len(resident) * 1000:.1f} "
+        f"tokens_per_s={sum(tokens_per_batch) / seconds:.0f} batches_built={drained[0]} "
+        f"drained_after={time.perf_counter() - started:.2f}s",
+        flush=True,
+    )

@@ -39,23 +39,23 @@ def same_batches(ours: list | None, theirs: list) -> bool:
     return ours is not None and len(ours) == len(theirs) and all(map(np.array_equal, ours, theirs))
 
 
-def loader_like(loader: DataLoader, batch_sampler) -> DataLoader:
-    """A DataLoader as ``loader`` (workers, collate, pinning, prefetch) drawing its batches from ``batch_sampler``."""
-    return DataLoader(
-        loader.dataset,
-        batch_sampler=batch_sampler,
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
-        multiprocessing_context=loader.multiprocessing_context,
-        generator=loader.generator,
-        prefetch_factor=loader.prefetch_factor,
-        persistent_workers=loader.persistent_workers,
-        pin_memory_device=loader.pin_memory_device,
-        in_order=loader.in_order,
-    )
+def loader_like(loader: DataLoader, batch_sampler, **changes) -> DataLoader:
+    """A DataLoader as ``loader`` (workers, collate, pinning, prefetch) drawing its batches from ``batch_sampler``,
+    with ``changes`` to its other settings."""
+    settings = {
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "prefetch_factor": loader.prefetch_factor,
+        "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+        "in_order": loader.in_order,
+    }
+    return DataLoader(loader.dataset, batch_sampler=batch_sampler, **{**settings, **changes})
 
 
 class ChainedEpochs:

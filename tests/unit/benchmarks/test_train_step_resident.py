@@ -115,3 +115,25 @@ def test_the_steps_on_the_real_loader_path_are_timed_per_epoch_and_read_by_train
     for line in lines:
         log.info(line)
     assert len(log.real_rates) == 2 and all(rate > 0 for rate in log.real_rates) and not log.loader_rates
+
+
+def test_resident_steps_beside_a_loader_building_an_epoch_are_timed_with_and_without_pinning(capsys):
+    from benchmarks.train_step_resident import BESIDE, steps_beside_loading
+
+    class Trainer:
+        steps = 0
+
+        def train_epoch(self, epoch):
+            for _batch in self.train_loader:
+                self.steps += 1
+
+    resident = [{"document_ids": torch.tensor([[0, 0, -1]])}] * 4
+    trainer = Trainer()
+    for kind in BESIDE:
+        steps_beside_loading(trainer, rows_loader(), resident, [2] * 4, kind)
+    assert trainer.steps == 8
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" seconds=")[0] for line in lines] == [
+        f"probe beside loading={kind} steps=4 tokens=8" for kind in ("pinned", "unpinned")
+    ]
+    assert all(" batches_built=3 " in line for line in lines)  # the whole epoch, its first batch before timing
