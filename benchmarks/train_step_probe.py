@@ -34,6 +34,8 @@ to show what removing them is worth; ``--padded-rows`` times them once more with
 6. with ``--real-epochs N``: trains N epochs (from epoch 1) with the trainer's own steps on the real loader
    path and prints ``probe real epoch=<k> ... tokens_per_s=<rate>``: the resident rate with the loading
    beside the steps, in the same process (no validation or saves between epochs);
+   ``--without-step-logging`` times the resident steps once more, and every other real epoch, with no logged
+   step (speculators' step timer synchronizes the device at each of its marks on logged steps);
 7. with ``--beside-loading pinned unpinned``: times one pass of resident steps while a thread drains an epoch
    of a loader like the trainer's, with and without its pinning copy (``probe beside loading=<kind> ...``):
    what building batches costs the steps beside it, apart from feeding them.
@@ -79,6 +81,10 @@ from eagle_assets.eagle3_checkpoint.trainer_process import launch  # noqa: E402
 PROBE_LINE = "probe resident"
 # The label of the resident steps as the trainer runs them: the rate ``train_gpu.py`` reads as the ceiling.
 AS_TRAINED = "without host syncs"
+# The resident steps with no logged step: speculators' step timer synchronizes the device at each of its marks
+# on a logged step (``--log-freq``), and its metrics are read back there.
+WITHOUT_LOGGED_STEPS = "without logged steps"
+NEVER = 10**9
 
 
 def resident_line(loss: str, label: str, steps: int, tokens: int, seconds: float, shape: str, mfu: float) -> str:
@@ -142,6 +148,8 @@ def probe(trainer, args) -> None:
         # Compiles for this loss, every row length before the timed steps.
         timed_steps(trainer, [resident[i] for i in warm], len(warm), [tokens_per_batch[i] for i in warm])
         variants = [(AS_TRAINED, None, resident)]
+        if args.without_step_logging:
+            variants.append((WITHOUT_LOGGED_STEPS, None, resident))
         if args.with_host_syncs:
             variants.append(("with speculators' host syncs", torch, resident))
         if args.padded_rows:
@@ -152,13 +160,15 @@ def probe(trainer, args) -> None:
         for label, module, batches in variants:
             from speculators.train import trainer as trainer_module
 
-            patched = trainer_module.torch
+            patched, config = trainer_module.torch, trainer.config
             if module is not None:
                 trainer_module.torch = module
+            if label == WITHOUT_LOGGED_STEPS:
+                trainer.config = config._replace(log_freq=NEVER)
             try:
                 seconds, tokens = timed_steps(trainer, batches, steps, tokens_per_batch)
             finally:
-                trainer_module.torch = patched
+                trainer_module.torch, trainer.config = patched, config
             mfu = tokens / seconds * flops_per_token / peak
             print(resident_line(implementation, label, steps, tokens, seconds, args.shape, mfu), flush=True)
         if args.profile_resident:
@@ -176,7 +186,8 @@ def probe(trainer, args) -> None:
     if args.profile_steps:
         profile_real_steps(trainer, real_loader, args.profile_steps)
     if args.real_epochs:
-        real_epochs(trainer, real_loader, args.real_epochs)
+        own = trainer.config.log_freq
+        real_epochs(trainer, real_loader, args.real_epochs, log_freqs=(own, NEVER) if args.without_step_logging else ())
     if args.loader_epochs:
         loader_epochs(real_loader, args.loader_epochs)
 
@@ -232,6 +243,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--real-epochs", type=int, default=0, help="train this many epochs on the real loader path (timed)"
+    )
+    parser.add_argument(
+        "--without-step-logging",
+        action="store_true",
+        help="also time the resident steps, and every other real epoch, with no logged step",
     )
     parser.add_argument(
         "--beside-loading",

@@ -124,17 +124,23 @@ def loader_epochs(loader, epochs: int) -> None:
         print(_epoch_line(LOADER_PROBE_LINE, epoch, counted, time.perf_counter() - started, loader), flush=True)
 
 
-def real_epochs(trainer, loader, epochs: int, first: int = 1) -> None:
+def real_epochs(trainer, loader, epochs: int, first: int = 1, log_freqs: tuple[int, ...] = ()) -> None:
     """Prints each epoch's rate of the trainer's own steps fed by ``loader`` (the real loader path), epochs
-    ``first`` on: the resident steps' rate with the loading beside them, in the same process."""
+    ``first`` on: the resident steps' rate with the loading beside them, in the same process. Epochs take the
+    step-logging intervals in ``log_freqs`` in turn (default: the trainer's own)."""
+    own = trainer.config.log_freq
     for epoch in range(first, first + epochs):
+        log_freq = log_freqs[(epoch - first) % len(log_freqs)] if log_freqs else own
+        trainer.config = trainer.config._replace(log_freq=log_freq)
         counted = CountedBatches(loader)
         trainer.train_loader = counted
         _synchronize(loader.device)
         started = time.perf_counter()
         trainer.train_epoch(epoch)
         _synchronize(loader.device)
-        print(_epoch_line(REAL_PROBE_LINE, epoch, counted, time.perf_counter() - started, loader), flush=True)
+        line = _epoch_line(REAL_PROBE_LINE, epoch, counted, time.perf_counter() - started, loader)
+        print(f"{line} log_freq={log_freq}", flush=True)
+    trainer.config = trainer.config._replace(log_freq=own)
 
 
 def steps_beside_loading(trainer, dataloader, resident: list[dict], tokens_per_batch: list[int], kind: str) -> None:

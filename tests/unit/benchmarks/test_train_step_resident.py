@@ -4,6 +4,8 @@ ours with), and the real loader path is timed alone and under the trainer's step
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch.utils.data import DataLoader
 
@@ -92,25 +94,31 @@ def test_the_steps_on_the_real_loader_path_are_timed_per_epoch_and_read_by_train
     from benchmarks.train_step_resident import real_epochs
     from eagle_assets.eagle3_checkpoint.trainer_process.device_batches import DeviceBatches
 
-    class Trainer:  # speculators' train_epoch as far as the loader sees it
+    class Config(NamedTuple):  # speculators' TrainerConfig is one
+        log_freq: int
+
+    class Trainer:  # speculators' train_epoch as far as the loader and the logging interval go
         def __init__(self):
-            self.epochs, self.steps = [], 0
+            self.epochs, self.steps, self.config = [], 0, Config(log_freq=10)
 
         def train_epoch(self, epoch):
             self.train_loader.batch_sampler.set_epoch(epoch)
-            self.epochs.append(epoch)
+            self.epochs.append((epoch, self.config.log_freq))
             for _batch in self.train_loader:
                 self.steps += 1
 
     trainer = Trainer()
-    loader = DeviceBatches(rows_loader(), torch.device("cpu"), last_epoch=2)
+    loader = DeviceBatches(rows_loader(), torch.device("cpu"), last_epoch=3)
     real_epochs(trainer, loader, 2)
-    assert trainer.epochs == [1, 2] and trainer.steps == 6
+    assert trainer.epochs == [(1, 10), (2, 10)] and trainer.steps == 6
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" seconds=")[0] for line in lines] == [
         f"probe real epoch={epoch} batches=3 tokens=15" for epoch in (1, 2)
     ]
-    assert all(" step_ms=" in line and " waited=" in line for line in lines)
+    assert all(" step_ms=" in line and " waited=" in line and line.endswith(" log_freq=10") for line in lines)
+    real_epochs(trainer, loader, 3, log_freqs=(10, 1000))  # every other epoch with no logged step
+    assert trainer.epochs[2:] == [(1, 10), (2, 1000), (3, 10)] and trainer.config.log_freq == 10
+    capsys.readouterr()
     log = ProbeLog("gpu-bound")
     for line in lines:
         log.info(line)
