@@ -1,4 +1,5 @@
-"""speculators' DataLoader workers, sized to the host and kept from page-faulting every batch.
+"""speculators' DataLoader workers, sized to the host, kept from page-faulting every batch, and freeing their
+batches' shared memory themselves.
 
 Measured on an H200 host (16 cores) with an 8B verifier's features (``benchmarks/train_gpu.py``): a
 training step's GPU work takes ~162 ms, but with speculators' loader (12 workers) steps took 180-200 ms,
@@ -10,11 +11,22 @@ buffers; glibc serves allocations that large with new ``mmap`` regions, so every
   memory (``mallopt``), so the next batch reuses pages already mapped;
 - :func:`gpu_worker_count`: one worker per CPU core left to each training process, not a fixed 12.
 
-Batches, their order and contents are unchanged; only where their bytes live is.
+Then, on one H100 at 6-8K-token rows (``benchmarks/train_step_probe.py --real-epochs``), no step waited for a
+batch, yet every batch built beside the steps cost them ~33-38 ms. A worker hands its batch over in shared
+memory and lets go of it; the training process's loader thread pins the batch and drops it, and with the last
+mapping gone the kernel frees the segment's pages there, holding the GIL, while the training thread cannot
+launch the step's kernels. :class:`WorkerHeldBatches` keeps each worker's last batches referenced in the
+worker, so the training process only unmaps them and the worker frees the pages later
+(``benchmarks/loader_frees.py``, 256 MB batches on the 2-core development machine: a spinning thread's
+longest stall 113.8 ms when the main thread frees them, 19.7 ms when the worker does). The cost: each worker
+keeps one or two batches past those in flight (``prefetch_factor``) a little longer.
+
+Batches, their order and contents are unchanged; only where their bytes live, and where they are freed, is.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import functools
@@ -37,12 +49,34 @@ def keep_worker_memory(worker_id: int, then=None) -> None:
         then(worker_id)
 
 
+class WorkerHeldBatches:
+    """``collate``, keeping the last ``keep`` batches it built referenced in its loader worker: their shared memory
+    is freed by the worker once the training process has let go of it too (module docstring)."""
+
+    def __init__(self, collate, keep: int):
+        self.collate = collate
+        self.held = collections.deque(maxlen=keep)
+
+    def __call__(self, samples):
+        batch = self.collate(samples)
+        self.held.append(batch)
+        return batch
+
+    def __getattr__(self, name):
+        if name in ("collate", "held"):  # unpickling in a worker, before the attributes are set
+            raise AttributeError(name)
+        return getattr(self.collate, name)  # max_len ...
+
+
 def keep_memory_in(loader) -> None:
-    """Run :func:`keep_worker_memory` first in ``loader``'s workers (set before its first iteration)."""
+    """Run :func:`keep_worker_memory` first in ``loader``'s workers, and have them hold their last batches
+    (:class:`WorkerHeldBatches`: a worker has up to ``prefetch_factor`` batches in flight, one more is the one
+    the training process is pinning); set before its first iteration."""
     if loader is not None and loader.num_workers:
         # A partial of the two functions, not a patched module attribute: spawned workers unpickle
         # both by their module names.
         loader.worker_init_fn = functools.partial(keep_worker_memory, then=loader.worker_init_fn)
+        loader.collate_fn = WorkerHeldBatches(loader.collate_fn, loader.prefetch_factor + 1)
 
 
 def gpu_worker_count(processes: int) -> int:

@@ -76,3 +76,44 @@ def test_gpu_hosts_get_one_worker_per_core_left_to_each_training_process(monkeyp
     assert gpu_worker_count(8) == 2  # two cores per GPU: never fewer than two workers
     shadow(monkeypatch, loader_workers, "os", sched_getaffinity=lambda pid: set(range(128)))
     assert gpu_worker_count(8) == 15
+
+
+def shared_segment(tensor: torch.Tensor) -> str:
+    name = mapping_of(tensor.data_ptr())
+    assert name.startswith("/dev/shm/"), name  # a worker's batch arrives in shared memory
+    return name
+
+
+def mapped_by(pid: int, segment: str) -> bool:
+    with open(f"/proc/{pid}/maps") as maps:
+        return any(segment in line for line in maps)
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        return torch.full((BUFFER_BYTES // 8,), index, dtype=torch.int64)
+
+
+def test_workers_still_hold_each_batch_when_the_training_process_lets_go_of_it():
+    """So the batch's shared memory is freed in the worker, not by the training process's loader thread."""
+
+    def rows_loader(**kwargs):
+        return DataLoader(Rows(), batch_size=2, num_workers=1, multiprocessing_context="spawn", **kwargs)
+
+    plain = [batch.clone() for batch in rows_loader()]
+    held = rows_loader(prefetch_factor=2)
+    keep_memory_in(held)
+    assert isinstance(held.collate_fn, loader_workers.WorkerHeldBatches)
+    assert held.collate_fn.held.maxlen == 3  # the worker's batches in flight, and the one being pinned
+    batches = iter(held)
+    worker = batches._workers[0].pid
+    received = []
+    for batch in batches:
+        # The worker has built at most prefetch_factor batches past this one: it still maps this one.
+        assert mapped_by(worker, shared_segment(batch))
+        received.append(batch.clone())
+    assert len(received) == len(plain) == 3
+    assert all(torch.equal(ours, theirs) for ours, theirs in zip(received, plain, strict=True))
