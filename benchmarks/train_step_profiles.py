@@ -19,6 +19,18 @@ def compile_counters() -> dict:
     }
 
 
+def device_time_us(prof) -> tuple[float, float]:
+    """(kernel time summed, the union of kernel intervals) in microseconds: overlapping streams count once in the
+    union, and the wall time outside it is the device's idle gaps."""
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    busy = sum(e.time_range.elapsed_us() for e in kernels)
+    covered, end = 0.0, float("-inf")
+    for start, stop in sorted((e.time_range.start, e.time_range.end) for e in kernels):
+        covered += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return busy, covered
+
+
 def profile_resident_steps(trainer, resident, steps: int, shape: str) -> None:
     """Kernel time by op over ``steps`` steps of ``resident`` (a loader of batches already on the GPU), the
     device's busy share, compile counters."""
@@ -34,13 +46,7 @@ def profile_resident_steps(trainer, resident, steps: int, shape: str) -> None:
         torch.cuda.synchronize()
         wall = time.perf_counter() - started
     averages = prof.key_averages()
-    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
-    busy = sum(e.time_range.elapsed_us() for e in kernels)
-    # The union of kernel intervals: overlapping streams counted once; the rest of the wall is idle.
-    covered, end = 0.0, float("-inf")
-    for start, stop in sorted((e.time_range.start, e.time_range.end) for e in kernels):
-        covered += max(0.0, stop - max(start, end))
-        end = max(end, stop)
+    busy, covered = device_time_us(prof)
     after = compile_counters()
     lines = [
         f"probe profile resident shape={shape}: {steps} steps, wall {wall * 1000 / steps:.1f} ms/step, kernels "
@@ -77,7 +83,7 @@ def profile_real_steps(trainer, loader, steps: int) -> None:
     trainer.config = trainer.config._replace(max_steps=None)
     averages = prof.key_averages()
     wall = marks[-1] - marks[wait + warmup - 1] if len(marks) > wait + warmup else float("nan")
-    device_us = sum(e.self_device_time_total for e in averages if e.device_type.name == "CUDA")
+    device_us, covered = device_time_us(prof)
     syncs = {
         e.key: (e.count, e.cpu_time_total)
         for e in averages
@@ -93,7 +99,7 @@ def profile_real_steps(trainer, loader, steps: int) -> None:
     }
     print(
         f"probe profile: {steps} real steps, wall {wall * 1000 / steps:.1f} ms/step, device kernels "
-        f"{device_us / 1000 / steps:.1f} ms/step (busy {device_us / 1e6 / wall:.1%})",
+        f"{device_us / 1000 / steps:.1f} ms/step, device busy {covered / 1e6 / wall:.1%}",
         flush=True,
     )
     for key, (count, cpu_us) in sorted(syncs.items()):

@@ -15,8 +15,23 @@ import time
 LOADER_PROBE_LINE = "probe loader"
 REAL_PROBE_LINE = "probe real"
 BESIDE_PROBE_LINE = "probe beside"
-# What a loader built beside the resident steps does with its batches (``--beside-loading``).
-BESIDE = {"pinned": {"pin_memory": True}, "unpinned": {"pin_memory": False}}
+# A loader built beside the resident steps (``--beside-loading``): pinning or not, and whether its workers hold
+# their last batches (the trainer's collate, ``WorkerHeldBatches``) or let go of each once sent ("plain").
+BESIDE = {
+    "pinned": {"pin_memory": True},
+    "unpinned": {"pin_memory": False},
+    "pinned-plain": {"pin_memory": True, "plain": True},
+}
+
+
+def beside_settings(dataloader, kind: str) -> dict:
+    """The DataLoader settings that ``kind`` (:data:`BESIDE`) changes in a loader like ``dataloader``."""
+    from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import WorkerHeldBatches
+
+    changes = dict(BESIDE[kind])
+    if changes.pop("plain", False) and isinstance(dataloader.collate_fn, WorkerHeldBatches):
+        changes["collate_fn"] = dataloader.collate_fn.collate
+    return changes
 
 
 def spread_indices(total: int, wanted: int) -> list[int]:
@@ -146,8 +161,8 @@ def real_epochs(trainer, loader, epochs: int, first: int = 1, log_freqs: tuple[i
 def steps_beside_loading(trainer, dataloader, resident: list[dict], tokens_per_batch: list[int], kind: str) -> None:
     """Prints the rate of one pass of resident steps while a thread drains an epoch of a loader like
     ``dataloader`` (the trainer's; its workers started before timing; ``kind`` in :data:`BESIDE`: with or without
-    the pinning copy; nothing is copied to the GPU): what building batches costs the steps beside it, apart from
-    feeding them."""
+    the pinning copy, with or without workers holding their batches; nothing is copied to the GPU): what building
+    batches costs the steps beside it, apart from feeding them."""
     import copy
     import threading
 
@@ -155,7 +170,7 @@ def steps_beside_loading(trainer, dataloader, resident: list[dict], tokens_per_b
 
     sampler = copy.copy(dataloader.batch_sampler)
     sampler.set_epoch(0)
-    batches = iter(loader_like(dataloader, sampler, persistent_workers=False, **BESIDE[kind]))
+    batches = iter(loader_like(dataloader, sampler, persistent_workers=False, **beside_settings(dataloader, kind)))
     next(batches)  # the workers' start (spawn, imports) is not the steady state
     drained = [1]
 

@@ -49,3 +49,17 @@ def test_without_the_forced_break_the_draft_layer_compiles_as_one_graph(monkeypa
     assert user_breaks() > 0  # as speculators ships it on torch >= 2.10
     monkeypatch.setattr(model_definitions, "torch", torch_before_the_break())
     assert user_breaks() == 0
+
+
+def test_the_device_busy_share_counts_overlapping_kernels_once():
+    from types import SimpleNamespace
+
+    from benchmarks.train_step_profiles import device_time_us
+
+    def event(device: str, start: float, end: float):
+        span = SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
+        return SimpleNamespace(device_type=SimpleNamespace(name=device), time_range=span)
+
+    # Two streams overlapping for 5 us, a gap, a host op that is no kernel.
+    events = [event("CUDA", 0, 10), event("CUDA", 5, 12), event("CUDA", 20, 25), event("CPU", 0, 100)]
+    assert device_time_us(SimpleNamespace(events=lambda: events)) == (22, 17)
