@@ -18,7 +18,9 @@ loaders and trainer, with this project's additions), then, instead of training e
    ``--with-host-syncs`` times the same steps once more with speculators' per-step blocking scalar
    copies put back (see :mod:`eagle_assets.eagle3_checkpoint.trainer_process.host_syncs`), \
 to show what removing them is worth; ``--padded-rows`` times them once more with each packed row padded
-   to ``total_seq_len`` (speculators' layout), to show what ending rows at their samples is worth;
+   to ``total_seq_len`` (speculators' layout), to show what ending rows at their samples is worth (the padded
+   copies stay on the GPU beside the resident batches: at 8B a whole epoch of each is ~45 GB, so give
+   ``--resident-batches`` a count that fits);
    ``--without-forced-graph-break`` runs the whole probe with the draft layer compiled as one graph
    (speculators forces a break in it on torch >= 2.10, for pytorch#175250), to show what that break costs
    (compare with a run without the flag);
