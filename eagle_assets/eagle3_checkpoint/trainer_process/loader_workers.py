@@ -18,8 +18,8 @@ mapping gone the kernel frees the segment's pages there, holding the GIL, while 
 launch the step's kernels. :class:`WorkerHeldBatches` keeps each worker's last batches referenced in the
 worker, so the training process only unmaps them and the worker frees the pages later
 (``benchmarks/loader_frees.py``, 256 MB batches on the 2-core development machine: a spinning thread's
-longest stall 113.8 ms when the main thread frees them, 19.7 ms when the worker does). The cost: each worker
-keeps one or two batches past those in flight (``prefetch_factor``) a little longer.
+longest stall 107.5 ms when the main thread frees them, 21.4 ms when the worker does). The cost: a batch's
+shared memory lives until its worker starts on its next batch, not until it is pinned.
 
 Batches, their order and contents are unchanged; only where their bytes live, and where they are freed, is.
 """
@@ -50,33 +50,43 @@ def keep_worker_memory(worker_id: int, then=None) -> None:
 
 
 class WorkerHeldBatches:
-    """``collate``, keeping the last ``keep`` batches it built referenced in its loader worker: their shared memory
-    is freed by the worker once the training process has let go of it too (module docstring)."""
+    """``collate``, holding the last ``keep`` batches it built in its loader worker: their shared memory is freed by
+    the worker, once the training process has let go of it too (module docstring)."""
 
     def __init__(self, collate, keep: int):
         self.collate = collate
-        self.held = collections.deque(maxlen=keep)
+        self.keep = keep
+        self.held = collections.deque()
 
     def __call__(self, samples):
+        # Asked for another batch, so the oldest held one has been taken (see keep_memory_in): let it go before
+        # this one is allocated.
+        while len(self.held) >= self.keep:
+            self.held.popleft()
         batch = self.collate(samples)
         self.held.append(batch)
         return batch
 
     def __getattr__(self, name):
-        if name in ("collate", "held"):  # unpickling in a worker, before the attributes are set
+        if name in ("collate", "keep", "held"):  # unpickling in a worker, before the attributes are set
             raise AttributeError(name)
         return getattr(self.collate, name)  # max_len ...
 
 
 def keep_memory_in(loader) -> None:
-    """Run :func:`keep_worker_memory` first in ``loader``'s workers, and have them hold their last batches
-    (:class:`WorkerHeldBatches`: a worker has up to ``prefetch_factor`` batches in flight, one more is the one
-    the training process is pinning); set before its first iteration."""
+    """Run :func:`keep_worker_memory` first in ``loader``'s workers, and have them hold their batches
+    (:class:`WorkerHeldBatches`); set before its first iteration.
+
+    A worker is asked for its next batch once the training process has taken the one it built ``prefetch_factor``
+    batches ago (the DataLoader hands tasks to its workers in turn, one per batch taken, in order), so it holds
+    ``prefetch_factor``: a pinning loader has copied a batch and dropped the worker's memory by the time it is
+    taken; without pinning the training process uses that memory for one step more, so one more is held."""
     if loader is not None and loader.num_workers:
         # A partial of the two functions, not a patched module attribute: spawned workers unpickle
         # both by their module names.
         loader.worker_init_fn = functools.partial(keep_worker_memory, then=loader.worker_init_fn)
-        loader.collate_fn = WorkerHeldBatches(loader.collate_fn, loader.prefetch_factor + 1)
+        keep = loader.prefetch_factor + (0 if loader.pin_memory else 1)
+        loader.collate_fn = WorkerHeldBatches(loader.collate_fn, keep)
 
 
 def gpu_worker_count(processes: int) -> int:

@@ -107,7 +107,7 @@ def test_workers_still_hold_each_batch_when_the_training_process_lets_go_of_it()
     held = rows_loader(prefetch_factor=2)
     keep_memory_in(held)
     assert isinstance(held.collate_fn, loader_workers.WorkerHeldBatches)
-    assert held.collate_fn.held.maxlen == 3  # the worker's batches in flight, and the one being pinned
+    assert held.collate_fn.keep == 3  # the worker's batches in flight, and the one the training process uses
     batches = iter(held)
     worker = batches._workers[0].pid
     received = []
@@ -117,3 +117,19 @@ def test_workers_still_hold_each_batch_when_the_training_process_lets_go_of_it()
         received.append(batch.clone())
     assert len(received) == len(plain) == 3
     assert all(torch.equal(ours, theirs) for ours, theirs in zip(received, plain, strict=True))
+
+
+def test_a_worker_lets_go_of_its_oldest_batch_before_building_the_next():
+    kept = loader_workers.WorkerHeldBatches(lambda samples: list(samples), keep=2)
+    held_at_call = []
+    kept.collate = lambda samples: held_at_call.append(len(kept.held)) or list(samples)
+    for n in range(4):
+        kept([n])
+    assert held_at_call == [0, 1, 1, 1]  # never more than keep alive while a batch is allocated
+    assert list(kept.held) == [[2], [3]]
+
+
+def test_a_pinning_loader_holds_only_the_batches_in_flight():
+    pinning = DataLoader(Rows(), batch_size=2, num_workers=1, pin_memory=True, prefetch_factor=4)
+    keep_memory_in(pinning)
+    assert pinning.collate_fn.keep == 4  # pinned and dropped before the training process takes it
