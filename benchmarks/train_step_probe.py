@@ -55,9 +55,7 @@ shift), as ``benchmarks/train_gpu.py`` counts them.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
-import time
 import traceback
 import types
 from pathlib import Path
@@ -76,6 +74,7 @@ from benchmarks.train_step_resident import (  # noqa: E402
     real_epochs,
     spread_indices,
     steps_beside_loading,
+    timed_steps,
     warmup_order,
     whole_passes,
 )
@@ -111,18 +110,6 @@ def use_loss(trainer, implementation: str) -> None:
         from eagle_assets.eagle3_checkpoint.trainer_process import fused_loss
 
         fused_loss.install()
-
-
-def timed_steps(trainer, batches: list[dict], steps: int, tokens_per_batch: list[int]) -> tuple[float, int]:
-    import torch
-
-    trainer.train_loader = ResidentBatches(batches, steps)
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    trainer.train_epoch(0)
-    torch.cuda.synchronize()
-    tokens = sum(itertools.islice(itertools.cycle(tokens_per_batch), steps))
-    return time.perf_counter() - started, tokens
 
 
 def probe(trainer, args) -> None:

@@ -85,6 +85,19 @@ def padded_row(batch: dict, max_len: int) -> dict:
     return out
 
 
+def timed_steps(trainer, batches: list[dict], steps: int, tokens_per_batch: list[int]) -> tuple[float, int]:
+    """(seconds, tokens) of ``steps`` of the trainer's own steps cycling through ``batches`` (on the device),
+    the device idle before and after."""
+    trainer.train_loader = ResidentBatches(batches, steps)
+    device = batches[0]["document_ids"].device
+    _synchronize(device)
+    started = time.perf_counter()
+    trainer.train_epoch(0)
+    _synchronize(device)
+    seconds = time.perf_counter() - started
+    return seconds, sum(itertools.islice(itertools.cycle(tokens_per_batch), steps))
+
+
 class CountedBatches:
     """``loader``'s batches, their tokens summed on the device as they pass (no wait per batch); otherwise the
     loader itself for the trainer (``len``, ``batch_sampler``, ...)."""
@@ -179,19 +192,14 @@ def steps_beside_loading(trainer, dataloader, resident: list[dict], tokens_per_b
             drained[0] += 1
 
     thread = threading.Thread(target=drain, daemon=True)
-    trainer.train_loader = ResidentBatches(resident, len(resident))
-    device = resident[0]["document_ids"].device
-    _synchronize(device)
     started = time.perf_counter()
     thread.start()
-    trainer.train_epoch(0)
-    _synchronize(device)
-    seconds = time.perf_counter() - started
+    seconds, tokens = timed_steps(trainer, resident, len(resident), tokens_per_batch)
     thread.join()
     print(
-        f"{BESIDE_PROBE_LINE} loading={kind} steps={len(resident)} tokens={sum(tokens_per_batch)} "
+        f"{BESIDE_PROBE_LINE} loading={kind} steps={len(resident)} tokens={tokens} "
         f"seconds={seconds:.3f} step_ms={seconds / len(resident) * 1000:.1f} "
-        f"tokens_per_s={sum(tokens_per_batch) / seconds:.0f} batches_built={drained[0]} "
+        f"tokens_per_s={tokens / seconds:.0f} batches_built={drained[0]} "
         f"drained_after={time.perf_counter() - started:.2f}s",
         flush=True,
     )
