@@ -132,7 +132,9 @@ def test_a_slow_sink_holds_the_forward_loop_on_its_host_buffers_and_the_wait_is_
     seen = []
 
     def sink(sample):
-        time.sleep(0.2)
+        # Long beside a batch's forward pass even on a loaded 2-core machine (one took ~60 ms there, and 0.2 s
+        # left the two waits at 0.28 s in all).
+        time.sleep(0.5)
         seen.append(sample.key)
 
     extractor.run([(k, list(range(1, 9))) for k in "abc"], sink)  # one 8-token row per batch, one buffer
