@@ -38,10 +38,10 @@ to show what removing them is worth; ``--padded-rows`` times them once more with
    beside the steps, in the same process (no validation or saves between epochs);
    ``--without-step-logging`` times the resident steps once more, and every other real epoch, with no logged
    step (speculators' step timer synchronizes the device at each of its marks on logged steps);
-7. with ``--beside-loading pinned unpinned pinned-plain``: times one pass of resident steps while a thread drains
-   an epoch of a loader like the trainer's, with and without its pinning copy, and with workers that let go of
-   each batch once sent instead of holding it (``probe beside loading=<kind> ...``): what building batches costs
-   the steps beside it, apart from feeding them.
+7. with ``--beside-loading staged pinned unpinned pinned-plain``: times one pass of resident steps while a thread
+   drains an epoch of a loader like the trainer's, pinned as the trainer pins, by the DataLoader's thread or not
+   at all, and with workers that let go of each batch once sent instead of holding it (``probe beside
+   loading=<kind> ...``): what building batches costs the steps beside it, apart from feeding them.
 
 ``--shape`` names the verifier preset (:mod:`benchmarks.draft_shapes`) for the result lines, which carry
 ``shape=``, the draft's trainable parameters as built, and ``mfu=``: the step's matmul FLOPs (6 per weight

@@ -15,9 +15,11 @@ import time
 LOADER_PROBE_LINE = "probe loader"
 REAL_PROBE_LINE = "probe real"
 BESIDE_PROBE_LINE = "probe beside"
-# A loader built beside the resident steps (``--beside-loading``): pinning or not, and whether its workers hold
+# A loader built beside the resident steps (``--beside-loading``): pinned as the trainer pins (``staged``:
+# ``loader_workers.pinned_ahead``), by the DataLoader's own thread, or not at all, and whether its workers hold
 # their last batches (the trainer's collate, ``WorkerHeldBatches``) or let go of each once sent ("plain").
 BESIDE = {
+    "staged": {"pin_memory": False, "staged": True},
     "pinned": {"pin_memory": True},
     "unpinned": {"pin_memory": False},
     "pinned-plain": {"pin_memory": True, "plain": True},
@@ -29,6 +31,7 @@ def beside_settings(dataloader, kind: str) -> dict:
     from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import WorkerHeldBatches
 
     changes = dict(BESIDE[kind])
+    changes.pop("staged", None)
     if changes.pop("plain", False) and isinstance(dataloader.collate_fn, WorkerHeldBatches):
         changes["collate_fn"] = dataloader.collate_fn.collate
     return changes
@@ -171,20 +174,25 @@ def real_epochs(trainer, loader, epochs: int, first: int = 1, log_freqs: tuple[i
     trainer.config = trainer.config._replace(log_freq=own)
 
 
-def steps_beside_loading(trainer, dataloader, resident: list[dict], tokens_per_batch: list[int], kind: str) -> None:
+def steps_beside_loading(
+    trainer, dataloader, resident: list[dict], tokens_per_batch: list[int], kind: str, pin=None
+) -> None:
     """Prints the rate of one pass of resident steps while a thread drains an epoch of a loader like
-    ``dataloader`` (the trainer's; its workers started before timing; ``kind`` in :data:`BESIDE`: with or without
-    the pinning copy, with or without workers holding their batches; nothing is copied to the GPU): what building
-    batches costs the steps beside it, apart from feeding them."""
+    ``dataloader`` (the trainer's; its workers started before timing; ``kind`` in :data:`BESIDE`: which pinning
+    copy, with or without workers holding their batches; nothing is copied to the GPU): what building batches
+    costs the steps beside it, apart from feeding them. ``pin``: the staged kind's copy (``pin_batch``)."""
     import copy
     import threading
 
     from eagle_assets.eagle3_checkpoint.trainer_process.chained_epochs import loader_like
+    from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import pin_batch, pinned_ahead
 
     sampler = copy.copy(dataloader.batch_sampler)
     sampler.set_epoch(0)
     batches = iter(loader_like(dataloader, sampler, persistent_workers=False, **beside_settings(dataloader, kind)))
     next(batches)  # the workers' start (spawn, imports) is not the steady state
+    if BESIDE[kind].get("staged"):
+        batches = pinned_ahead(batches, pin=pin or pin_batch)
     drained = [1]
 
     def drain():

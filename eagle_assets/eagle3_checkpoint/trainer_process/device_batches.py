@@ -43,6 +43,7 @@ from hs_connectors.transfer import FileTransfer, FP8Transfer
 from speculators.train.data import ArrowDataset, CollateFn
 
 from eagle_assets.eagle3_checkpoint.trainer_process.chained_epochs import ChainedEpochs, chainable
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import pinned_ahead
 
 # Each feature's per-token scales travel under their own key: the model's preprocessing shifts the two
 # features differently (EAGLE-3 pairs token t's aux states with token t+1's final state). The names lack
@@ -207,15 +208,22 @@ class LoaderWait:
 class DeviceBatches:
     """Iterates ``loader``'s batches already on ``device`` (one batch ahead, on a side stream),
     dequantized to ``dequantize_dtype`` when given; epochs up to ``last_epoch`` come from one iterator when
-    the loader's sampler takes an epoch. Behaves as the loader for speculators' trainer (``len``,
-    ``batch_sampler``, ``dataset``). ``wait`` is the last epoch's :class:`LoaderWait`."""
+    the loader's sampler takes an epoch; with ``pin``, batches are pinned here (``loader_workers.pinned_ahead``)
+    before they are copied. Behaves as the loader for speculators' trainer (``len``, ``batch_sampler``,
+    ``dataset``). ``wait`` is the last epoch's :class:`LoaderWait`."""
 
     def __init__(
-        self, loader, device: torch.device, dequantize_dtype: torch.dtype | None = None, last_epoch: int | None = None
+        self,
+        loader,
+        device: torch.device,
+        dequantize_dtype: torch.dtype | None = None,
+        last_epoch: int | None = None,
+        pin: bool = False,
     ):
         self.loader = loader
         self.device = torch.device(device)
         self.dequantize_dtype = dequantize_dtype
+        self.pin = pin
         # On CPU (tests, small runs) there is nothing to overlap: batches are only dequantized.
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.epochs = ChainedEpochs(loader, last_epoch) if last_epoch is not None and chainable(loader) else None
@@ -252,7 +260,9 @@ class DeviceBatches:
         return batch
 
     def _epoch_batches(self) -> Iterator[dict]:
-        return iter(self.loader) if self.epochs is None else self.epochs.take()
+        batches = iter(self.loader) if self.epochs is None else self.epochs.take()
+        # Pinning serves only the copy to a GPU.
+        return pinned_ahead(batches) if self.pin and self.stream is not None else batches
 
     def _timed(self, batches: Iterator[dict]) -> Iterator[dict]:
         self.wait = LoaderWait()

@@ -192,9 +192,9 @@ def _install_trainer(patience: int, speculators_argv: list[str]) -> None:
     def on_device(loader, device, last_epoch):
         if loader is None:
             return None
-        keep_memory_in(loader)
+        pin = keep_memory_in(loader)
         fp8 = getattr(loader.dataset, "fp8_on_device", False)
-        return DeviceBatches(loader, device, loader.dataset.dequantize_dtype if fp8 else None, last_epoch)
+        return DeviceBatches(loader, device, loader.dataset.dequantize_dtype if fp8 else None, last_epoch, pin)
 
     class EarlyStoppingTrainer(trainer.Trainer):
         """speculators' Trainer; stops once ``patience`` validations in a row did not improve."""

@@ -137,12 +137,15 @@ def test_resident_steps_beside_a_loader_building_an_epoch_are_timed_with_and_wit
 
     resident = [{"document_ids": torch.tensor([[0, 0, -1]])}] * 4
     trainer = Trainer()
+    pinned = []
     for kind in BESIDE:
-        steps_beside_loading(trainer, rows_loader(), resident, [2] * 4, kind)
-    assert trainer.steps == 12
+        # No GPU to pin for: the staged kind's copy only counts its batches.
+        steps_beside_loading(trainer, rows_loader(), resident, [2] * 4, kind, pin=lambda b: pinned.append(b) or b)
+    assert trainer.steps == 16
+    assert len(pinned) == 2  # the staged kind's batches after the first, which started its workers
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" seconds=")[0] for line in lines] == [
-        f"probe beside loading={kind} steps=4 tokens=8" for kind in ("pinned", "unpinned", "pinned-plain")
+        f"probe beside loading={kind} steps=4 tokens=8" for kind in ("staged", "pinned", "unpinned", "pinned-plain")
     ]
     assert all(" batches_built=3 " in line for line in lines)  # the whole epoch, its first batch before timing
 
@@ -154,6 +157,7 @@ def test_the_plain_loader_beside_the_steps_has_workers_that_let_go_of_their_batc
     from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import WorkerHeldBatches
 
     loader = DataLoader(list(range(4)), batch_size=2, collate_fn=WorkerHeldBatches(default_collate, 3))
+    assert beside_settings(loader, "staged") == {"pin_memory": False}
     assert beside_settings(loader, "pinned") == {"pin_memory": True}
     assert beside_settings(loader, "unpinned") == {"pin_memory": False}
     assert beside_settings(loader, "pinned-plain") == {"pin_memory": True, "collate_fn": default_collate}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -129,7 +130,85 @@ def test_a_worker_lets_go_of_its_oldest_batch_before_building_the_next():
     assert list(kept.held) == [[2], [3]]
 
 
-def test_a_pinning_loader_holds_only_the_batches_in_flight():
+def test_the_trainer_takes_pinning_over_from_a_pinning_loader_whose_workers_hold_one_batch_more():
     pinning = DataLoader(Rows(), batch_size=2, num_workers=1, pin_memory=True, prefetch_factor=4)
-    keep_memory_in(pinning)
-    assert pinning.collate_fn.keep == 4  # pinned and dropped before the training process takes it
+    assert keep_memory_in(pinning) is True
+    assert pinning.pin_memory is False  # pinned_ahead pins instead, after the training process has taken the batch
+    assert pinning.collate_fn.keep == 5
+    unpinned = DataLoader(Rows(), batch_size=2, num_workers=1, prefetch_factor=4)
+    assert keep_memory_in(unpinned) is False and unpinned.collate_fn.keep == 5
+    assert keep_memory_in(DataLoader(Rows(), batch_size=2, pin_memory=True)) is False  # no workers: left alone
+
+
+def resident_kb(address: int) -> int:
+    """The resident size of the mapping holding ``address`` in this process."""
+    with open("/proc/self/smaps") as smaps:
+        inside = False
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and ":" not in fields[0]:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                inside = start <= address < end
+            elif inside and fields[0] == "Rss:":
+                return int(fields[1])
+    raise AssertionError(f"{address:#x} is in no mapping")
+
+
+def test_letting_go_of_a_shared_batchs_pages_unmaps_them_here_and_keeps_its_bytes():
+    shared = torch.arange(BUFFER_BYTES // 8, dtype=torch.int64).share_memory_()
+    view = shared[1000:]  # collate hands over views of its buffers: the whole storage is let go
+    assert resident_kb(shared.data_ptr()) >= BUFFER_BYTES // 1024 - 4
+    loader_workers.let_go_of_pages(view)
+    assert resident_kb(shared.data_ptr()) == 0
+    assert torch.equal(shared, torch.arange(BUFFER_BYTES // 8, dtype=torch.int64))  # read back from the segment
+
+    private = torch.arange(1 << 20, dtype=torch.int64)
+    loader_workers.let_go_of_pages(private)  # not shared memory: MADV_DONTNEED would zero it, so it is left alone
+    assert torch.equal(private, torch.arange(1 << 20, dtype=torch.int64))
+
+
+def copied(batch: dict) -> dict:
+    """pin_batch's work without a GPU to pin for: the tensors copied out, the shared ones' pages let go."""
+    out = {key: value.clone() for key, value in batch.items()}
+    for value in batch.values():
+        loader_workers.let_go_of_pages(value)
+    return out
+
+
+def test_batches_pinned_ahead_come_in_order_at_most_depth_ahead_and_errors_reach_the_caller():
+    taken = []
+
+    def source():
+        for n in range(6):
+            taken.append(n)
+            yield {"row": torch.full((4,), n).share_memory_()}
+
+    ahead = loader_workers.pinned_ahead(source(), depth=2, pin=copied)
+    first = next(ahead)
+    assert first["row"].tolist() == [0] * 4 and not first["row"].is_shared()
+    import time
+
+    time.sleep(0.2)
+    assert len(taken) <= 4  # one handed over, two queued, one being pinned
+    assert [batch["row"][0].item() for batch in ahead] == [1, 2, 3, 4, 5]
+
+    def failing():
+        yield {"row": torch.zeros(2)}
+        raise ValueError("a worker failed")
+
+    ahead = loader_workers.pinned_ahead(failing(), pin=copied)
+    assert next(ahead)["row"].tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="a worker failed"):
+        next(ahead)
+
+
+def test_closing_the_batches_pinned_ahead_early_stops_the_thread_before_it_returns():
+    import threading
+
+    source = iter([{"row": torch.full((2,), n)} for n in range(10)])
+    ahead = loader_workers.pinned_ahead(source, depth=1, pin=copied)
+    assert next(ahead)["row"].tolist() == [0, 0]
+    ahead.close()
+    assert not any(thread.name == "pinned-ahead" for thread in threading.enumerate())
+    left = [batch["row"][0].item() for batch in source]
+    assert left and left == list(range(10 - len(left), 10))  # the rest, untouched by a thread
