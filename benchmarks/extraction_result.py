@@ -64,7 +64,8 @@ def result_fields(job, equivalence: dict, rates: dict[str, list], fp8_cosine: fl
     result["host_wait_s_per_run"] = [round(w, 2) for w in rates["host_wait_s"]]
     if rates["alt"]:
         result.update(
-            alt_host_buffers=args.alt_host_buffers,
+            alt_host_buffers=args.alt_host_buffers or args.host_buffers,
+            alt_buffered_writes=args.alt_buffered_writes,
             alt_extract_tok_s=round(med(rates["alt"])),
             alt_runs_tok_s=[round(r) for r in rates["alt"]],
             alt_host_wait_s_per_run=[round(w, 2) for w in rates["alt_host_wait_s"]],

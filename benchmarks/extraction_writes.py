@@ -4,11 +4,13 @@ asset's sink can put on this host's disk, with no model in the way.
     python benchmarks/extraction_writes.py --lengths 6144 8192 --samples 32 --repeats 3
 
 Samples of random bf16 states [seq, 4, 4096] (the 8B preset's three aux layers + the final one, as
-``hidden_states_gpu.py`` captures) are made once in host memory; then ``--threads`` threads (the
-extractor's writer-thread count) hand them to the sink, in rotating order per repeat:
+``hidden_states_gpu.py`` captures) are made once in host memory, page aligned as the extractor's pinned host
+buffers are; then ``--threads`` threads (the extractor's writer-thread count) hand them to the sink, in
+rotating order per repeat:
 
-- ``sink``: the asset's writer (checks, safetensors, sha256 of the header read back and the data from
-  memory, fsync, atomic rename), bf16;
+- ``sink``: the asset's writer (checks, safetensors with the states written ``O_DIRECT``, sha256 of the header
+  read back and the data from memory, fsync, atomic rename), bf16;
+- ``sink-buffered``: the same writer with every byte through the page cache;
 - ``sink-fp8``: the same writer storing fp8 states quantized before timing (the extractor quantizes on the GPU);
 - ``save``: ``safetensors.torch.save_file`` alone (page cache, no hash, no fsync);
 - ``save-fsync``: ``save_file`` + fsync: what the disk takes once the data must be on it.
@@ -50,13 +52,22 @@ class Sample:
         self.key, self.hidden_states, self.token_ids, self.scales = key, hidden_states, token_ids, scales
 
 
+def page_aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values in memory that starts at a page, as a pinned host buffer's does."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    room = torch.empty(tensor.nbytes + page, dtype=torch.uint8)
+    start = -room.data_ptr() % page
+    out = room[start : start + tensor.nbytes].view(tensor.dtype).view(tensor.shape)
+    return out.copy_(tensor)
+
+
 def make_samples(count: int, low: int, high: int) -> list[Sample]:
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(low, high + 1, (count,), generator=generator).tolist()
     return [
         Sample(
             (row, f"{row:032x}"),
-            torch.randn(n, LAYERS, HIDDEN, generator=generator).to(torch.bfloat16),
+            page_aligned(torch.randn(n, LAYERS, HIDDEN, generator=generator).to(torch.bfloat16)),
             torch.arange(n, dtype=torch.int64),
         )
         for row, n in enumerate(lengths)
@@ -68,7 +79,10 @@ def quantized(samples: list[Sample]) -> list[Sample]:
     from hs_connectors.fp8_utils import quantize_tensor_to_fp8
 
     pairs = [quantize_tensor_to_fp8(s.hidden_states) for s in samples]
-    return [Sample(s.key, states, s.token_ids, scales) for s, (states, scales) in zip(samples, pairs, strict=True)]
+    return [
+        Sample(s.key, page_aligned(states), s.token_ids, scales)
+        for s, (states, scales) in zip(samples, pairs, strict=True)
+    ]
 
 
 def save_writer(folder: Path, fsync: bool):
@@ -101,6 +115,7 @@ def main() -> None:
     (folder / "tensors").mkdir()
     paths = {
         "sink": lambda: DeletingWriter(folder, LAYERS, HIDDEN, BF16),
+        "sink-buffered": lambda: DeletingWriter(folder, LAYERS, HIDDEN, BF16, direct=False),
         "sink-fp8": lambda: DeletingWriter(folder, LAYERS, HIDDEN, FP8),
         "save": lambda: save_writer(folder / "tensors", fsync=False),
         "save-fsync": lambda: save_writer(folder / "tensors", fsync=True),

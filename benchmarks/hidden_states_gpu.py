@@ -31,7 +31,8 @@ median forward tok/s.
 
 Every extractor run also reports how long its forward loop waited for a free host buffer (``host_wait_s``:
 writes holding the GPU back). ``--alt-host-buffers N`` adds the bf16 extractor with N host buffers
-instead of ``--host-buffers`` to every repeat (``alt_vs_extract_ratio``).
+instead of ``--host-buffers`` to every repeat, and ``--alt-buffered-writes`` one whose sink writes every byte
+through the page cache (no ``O_DIRECT``; both options: one alt path with both): ``alt_vs_extract_ratio``.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-tokens", type=int, default=None)
     parser.add_argument("--host-buffers", type=int, default=HOST_BUFFERS, help="pinned host buffers per extractor")
     parser.add_argument("--alt-host-buffers", type=int, default=None, help="also time bf16 with this many")
+    parser.add_argument(
+        "--alt-buffered-writes", action="store_true", help="also time bf16 writing through the page cache"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs of both paths")
     parser.add_argument("--out", default=None, help="write-and-delete folder (default: a temp dir)")
     parser.add_argument(
@@ -135,8 +139,8 @@ class Job:
     layer_ids: list[int]
     folder: Path
 
-    def writer(self, feature_dtype: str = BF16) -> DeletingWriter:
-        return DeletingWriter(self.folder, len(self.layer_ids), self.config.hidden_size, feature_dtype)
+    def writer(self, feature_dtype: str = BF16, direct: bool = True) -> DeletingWriter:
+        return DeletingWriter(self.folder, len(self.layer_ids), self.config.hidden_size, feature_dtype, direct)
 
     def extractor(self, **kwargs) -> HiddenStateExtractor:
         n, hidden = self.config.num_hidden_layers, self.config.hidden_size
@@ -188,7 +192,8 @@ def time_repeat(job: Job, extractors: dict, timed_rows, repeat: int, rates: dict
     flops = sum(row_flops(model, job.config, len(ids)) for _, ids in timed_rows)
 
     def alt_run():
-        seconds = timed(lambda: extractors["alt"].run(timed_rows, job.writer()), device)
+        sink = job.writer(direct=not job.args.alt_buffered_writes)
+        seconds = timed(lambda: extractors["alt"].run(timed_rows, sink), device)
         rates["alt"].append(tokens / seconds)
         rates["alt_host_wait_s"].append(extractors["alt"].host_wait_s)
 
@@ -257,8 +262,8 @@ def main() -> None:
     timed_sets = [rows(job.samples, 1000 * (r + 1)) for r in range(args.repeats)]
     extractor = job.extractor()
     extractors = {"bf16": extractor}
-    if args.alt_host_buffers:
-        extractors["alt"] = job.extractor(host_buffers=args.alt_host_buffers)
+    if args.alt_host_buffers or args.alt_buffered_writes:
+        extractors["alt"] = job.extractor(host_buffers=args.alt_host_buffers or args.host_buffers)
         extractors["alt"].run(warmup, job.writer())
     extractor.run(warmup, job.writer())  # allocator, kernels
     naive_loop(job.model, warmup[:1], layer_ids, job.writer(), job.device)

@@ -23,6 +23,7 @@ from eagle_assets.core.layout import (
     BF16,
     EAGLE3_CHECKPOINT,
     EAGLE3_EVAL,
+    FEATURE_FILE_ALIGN,
     FP8,
     HIDDEN_STATES,
     PROMPTS_FILE,
@@ -31,9 +32,9 @@ from eagle_assets.core.layout import STAGES as ALL_STAGES
 
 TOKEN_ID_BYTES = 8  # int64 token_ids in every feature file
 FP8_SCALE_BYTES = 4  # hs-connectors: one fp32 scale per token over all its layers ([seq, 1, 1])
-# A feature file's safetensors header (JSON + length prefix): small next to the states, but counted
-# so tiny models budget right.
-FILE_OVERHEAD_BYTES = 512
+# A feature file's safetensors header (length prefix + JSON, padded to the data's alignment): small next to
+# the states, but counted so tiny models budget right.
+FILE_OVERHEAD_BYTES = FEATURE_FILE_ALIGN
 # The stages that store data (the evaluation writes a report only).
 STAGES = tuple(s for s in ALL_STAGES if s != EAGLE3_EVAL)
 # Upper bounds for the row stages (before zstd), per token: UTF-8 text at ~4 bytes a token, int32 ids.

@@ -67,6 +67,9 @@ BF16, FP8 = "bfloat16", "fp8"
 FEATURE_DTYPES = (BF16, FP8)
 MANIFEST_FILE = "manifest.json"
 TENSORS_DIR = "tensors"
+# A tensor file's data starts at a multiple of this (its safetensors header padded with spaces), so its states
+# can be written with O_DIRECT; the header thus takes this many bytes of every file.
+FEATURE_FILE_ALIGN = 4096
 SCRATCH_DIR = "scratch"
 
 # eagle3_checkpoint: the kept checkpoint's files, and the trainer's work folders beside them.

@@ -15,9 +15,6 @@ stands in for an fp8 request or the reverse.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +25,7 @@ import pyarrow as pa
 
 from eagle_assets.core.files import atomic_path, combined_hash, file_sha256
 from eagle_assets.core.layout import BF16, FEATURE_DTYPES, FP8, TENSORS_DIR
+from eagle_assets.hidden_states.safetensors_file import write_safetensors, written_digest
 
 # speculators' training config ``data.hidden_states_backend`` (hs-connectors' backend registry)
 # that reads each storage dtype from the same folder layout; "fp8" dequantizes to bf16 on load.
@@ -129,48 +127,18 @@ def encode_sample(
     return tensors
 
 
-def written_digest(path: Path, tensors: dict) -> str | None:
-    """The sha256 of the safetensors file just written from ``tensors``: its header read back from
-    ``path``, the data hashed from the tensors' own memory in the header's order (the file's data
-    section is those bytes back to back, little-endian as this machine's memory must be). None when the
-    machine is big-endian or the header or the file's size says otherwise."""
-    import torch
-
-    if sys.byteorder != "little":
-        return None
-    with open(path, "rb") as fh:
-        length = fh.read(8)
-        header = fh.read(int.from_bytes(length, "little"))
-    digest = hashlib.sha256(length)
-    digest.update(header)
-    spans = sorted(
-        (entry["data_offsets"], name) for name, entry in json.loads(header).items() if name != "__metadata__"
-    )
-    position = 0
-    for (begin, end), name in spans:
-        data = tensors[name].reshape(-1).view(torch.uint8).numpy()
-        if begin != position or end - begin != data.nbytes:
-            return None
-        digest.update(data)
-        position = end
-    if path.stat().st_size != 8 + len(header) + position:
-        return None
-    return digest.hexdigest()
-
-
-def write_sample(folder: Path, cid: str, tensors: dict) -> tuple[str, str, int]:
+def write_sample(folder: Path, cid: str, tensors: dict, direct: bool = True) -> tuple[str, str, int]:
     """Write one sample's tensors atomically; returns (path relative to ``folder``, sha256, bytes).
 
-    ``save_file`` writes straight from the tensor memory without the GIL (``save`` would build a
-    bytes copy first, ~3x slower); the hash covers the header read back and the data from memory
-    (:func:`written_digest`), the whole file read back where they disagree.
+    The states go from memory to the disk without the page cache where it can (and ``direct``:
+    :func:`~eagle_assets.hidden_states.safetensors_file.write_safetensors`), without the GIL; the hash
+    covers the header read back and the data from memory (``written_digest``), the whole file read back
+    where they disagree.
     """
-    from safetensors.torch import save_file
-
     rel = relative_path(cid)
     tensors = {name: t.contiguous() for name, t in tensors.items()}
     with atomic_path(Path(folder) / rel) as tmp:
-        save_file(tensors, str(tmp))
+        write_safetensors(tmp, tensors, direct)
         sha = written_digest(tmp, tensors) or file_sha256(tmp)
         size = tmp.stat().st_size
     return rel, sha, size
@@ -185,11 +153,13 @@ class WrittenSample:
 
 class SampleWriter:
     """The sink the ``hidden_states`` asset hands to a backend: check, then write, one sample per
-    call (called from the backend's writer threads). Keys are ``(row, content_id)``."""
+    call (called from the backend's writer threads). Keys are ``(row, content_id)``; ``direct``: see
+    :func:`write_sample`."""
 
-    def __init__(self, folder: Path, num_layers: int, hidden_size: int, feature_dtype: str = BF16):
+    def __init__(self, folder: Path, num_layers: int, hidden_size: int, feature_dtype: str = BF16, direct: bool = True):
         self.folder, self.num_layers, self.hidden_size = Path(folder), num_layers, hidden_size
         self.feature_dtype = check_feature_dtype(feature_dtype)
+        self.direct = direct
         self.written: dict = {}
         self._lock = threading.Lock()
 
@@ -204,7 +174,7 @@ class SampleWriter:
             self.feature_dtype,
             sample.scales,
         )
-        result = WrittenSample(*write_sample(self.folder, cid, tensors))
+        result = WrittenSample(*write_sample(self.folder, cid, tensors, self.direct))
         with self._lock:
             self.written[sample.key] = result
 

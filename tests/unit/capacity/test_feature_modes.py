@@ -45,7 +45,7 @@ def test_online_costs_every_epochs_extraction_plus_training_and_the_scratch_cap(
     assert plan.gpu_hours(ONLINE) == pytest.approx(EPOCHS * extraction + training)
 
     hidden_bf16 = feature_bytes(1_280_000, 1000, 4, 4096, BF16)
-    assert plan.stage(HIDDEN_STATES).bytes_bf16 == hidden_bf16 == 1_280_000 * 32_776 + 1000 * 512
+    assert plan.stage(HIDDEN_STATES).bytes_bf16 == hidden_bf16 == 1_280_000 * 32_776 + 1000 * 4096
     rest = plan.total(BF16) - hidden_bf16
     assert plan.scratch_cap_bytes == 2_000_000_000
     for dtype in (BF16, FP8):  # online keeps no features, so the dtype changes nothing on disk

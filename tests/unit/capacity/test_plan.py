@@ -20,6 +20,7 @@ from eagle_assets.capacity import (
     load_shape,
     measure_token_stats,
 )
+from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.cli import app
 from eagle_assets.core.layout import TRAIN, prompts_file
 
@@ -49,7 +50,9 @@ def test_feature_bytes_on_a_known_nested_config(tmp_path):
     # 10 samples of 20 + 80 tokens: 1000 tokens, 10 files of 512 header bytes each.
     plan = build_plan(shape, assumed_token_stats(10, prompt_tokens=20, completion_tokens=80), tmp_path)
     hidden = plan.stage("hidden_states")
-    assert (hidden.bytes_bf16, hidden.bytes_fp8) == (1000 * 520 + 10 * 512, 1000 * 268 + 10 * 512) == (525_120, 273_120)
+    assert (
+        (hidden.bytes_bf16, hidden.bytes_fp8) == (1000 * 520 + 10 * 4096, 1000 * 268 + 10 * 4096) == (560_960, 308_960)
+    )
     assert plan.fits(BF16) and plan.free_bytes > 0
 
 
@@ -86,14 +89,14 @@ def test_fp8_bytes_are_hs_connectors_format():
 def test_plan_prints_kimi_totals_for_100k_prompts():
     result = runner.invoke(app, ["plan", "--verifier", "kimi-k2.5", "--prompts", "100000"])
     assert result.exit_code == 0, result.output
-    # 100K samples x 3,000 tokens (assumed) x 57,352 | 28,684 B/token + 512 B per file.
+    # 100K samples x 3,000 tokens (assumed) x 57,352 | 28,684 B/token + 4 KiB per file (the padded header).
     assert "tokens assumed" in result.output
     assert "hidden_states            17.21 TB       8.61 TB" in result.output
     assert "total                    17.22 TB       8.62 TB" in result.output
     data = json.loads(runner.invoke(app, ["plan", "--verifier", "kimi-k2.5", "--prompts", "100000", "--json"]).output)
     hidden = next(s for s in data["stages"] if s["stage"] == "hidden_states")
-    assert hidden["bytes_bf16"] == 300_000_000 * 57_352 + 100_000 * 512
-    assert hidden["bytes_fp8"] == 300_000_000 * 28_684 + 100_000 * 512
+    assert hidden["bytes_bf16"] == 300_000_000 * 57_352 + 100_000 * FILE_OVERHEAD_BYTES
+    assert hidden["bytes_fp8"] == 300_000_000 * 28_684 + 100_000 * FILE_OVERHEAD_BYTES
     assert (
         "benchmark 'hidden-state extraction, one H200'" in hidden["gpu_hours_source"]
         and "scaled by forward FLOPs" in hidden["gpu_hours_source"]

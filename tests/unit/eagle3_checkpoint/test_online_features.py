@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from eagle_assets.capacity.plan import FILE_OVERHEAD_BYTES
 from eagle_assets.core.layout import HIDDEN_STATES, SCRATCH_CAP_ERROR_FILE, asset_folder
 from eagle_assets.eagle3_checkpoint.feature_manifest import FeatureManifest, TrainingDataError
 from eagle_assets.eagle3_checkpoint.online_features import check_scratch_cap, largest_row_bytes
@@ -94,7 +95,7 @@ def test_online_rows_need_token_sequences_only(random_features, tmp_path):
 def test_a_scratch_cap_below_the_longest_rows_features_is_refused(random_features):
     manifest = _manifest(random_features[0])  # 4 layers x 64, bf16
     needed = largest_row_bytes(120, manifest)
-    assert needed == 120 * (4 * 64 * 2 + 8) + 512
+    assert needed == 120 * (4 * 64 * 2 + 8) + FILE_OVERHEAD_BYTES
     check_scratch_cap(needed, 120, manifest)
     with pytest.raises(TrainingDataError, match=rf"below the features of the longest row \(120 tokens: {needed} "):
         check_scratch_cap(needed - 1, 120, manifest)
@@ -153,7 +154,7 @@ def _sample(tokens: int) -> dict:
 def test_the_connector_waits_for_room_under_the_cap_then_fails_naming_it(tmp_path):
     from eagle_assets.hidden_states.vllm_connector import ScratchCapError
 
-    one = 100 * (4 * 64 * 2 + 8) + 512  # a 100-token file, as the cap counts it
+    one = 100 * (4 * 64 * 2 + 8) + FILE_OVERHEAD_BYTES  # a 100-token file, as the cap counts it
     writer = _capped_writer(cap=one + one // 2, wait_s=5)
     first = tmp_path / "a.safetensors"
     writer._write_tensors(_sample(100), _Done(), str(first), None)

@@ -62,7 +62,8 @@ def test_nan_states_are_refused_with_the_row_named(tmp_path):
 def test_a_files_recorded_sha256_is_the_files_own(tmp_path, dtype, tokens):
     """The sink hashes the header it reads back and the data from memory: the same digest as the file's."""
     from eagle_assets.core.files import file_sha256
-    from eagle_assets.hidden_states.files import encode_sample, write_sample, written_digest
+    from eagle_assets.hidden_states.files import encode_sample, write_sample
+    from eagle_assets.hidden_states.safetensors_file import written_digest
 
     torch.manual_seed(0)
     states = torch.randn(tokens, 4, 24, dtype=torch.bfloat16)
