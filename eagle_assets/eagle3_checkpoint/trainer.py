@@ -27,7 +27,7 @@ from eagle_assets.core.layout import TRAINER_DONE_FILE, TRAINER_FOLDER_PREFIX
 from eagle_assets.eagle3_checkpoint.settings import RESOLVED_FIELDS, TrainingSettings
 from eagle_assets.eagle3_checkpoint.trainer_metrics import TrainingFailed, summarize_metrics
 from eagle_assets.eagle3_checkpoint.trainer_process.cpu import needs_cpu_adaptations
-from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import loader_flags
 from eagle_assets.eagle3_checkpoint.training_data import TrainingData
 from eagle_assets.eagle3_checkpoint.vocab import DraftVocab
 from eagle_assets.hidden_states.files import TRAINER_BACKENDS
@@ -115,12 +115,7 @@ def speculators_flags(
         "hidden_states_backend": TRAINER_BACKENDS[data.manifest.dtype],
         "hidden_states_dtype": compute_dtype,
     }
-    workers = settings.dataloader_workers
-    if workers is None:
-        # On CPU spawned loader processes cost more than they save; on GPU hosts speculators' fixed
-        # 12 workers left an H200 waiting for batches (see loader_workers).
-        workers = 0 if on_cpu else gpu_worker_count(settings.num_processes)
-    flags["num_workers"] = workers
+    flags.update(loader_flags(settings, data, on_cpu))
     if endpoint:
         flags["vllm_endpoint"] = endpoint
     argv = []

@@ -43,6 +43,8 @@ import queue
 import threading
 from collections.abc import Iterator
 
+from eagle_assets.core.layout import FP8
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 KEEP_FREED_BYTES = 1 << 30
@@ -181,3 +183,67 @@ def gpu_worker_count(processes: int) -> int:
     """Loader workers per training process on a GPU host: the cores left after one per process."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(2, cores // max(1, processes) - 1)
+
+
+# speculators' ``--prefetch-factor`` (its default), passed by the trainer so that the two agree.
+LOADER_PREFETCH = 4
+# Where torch's workers put their batches (``shm_open``), and the share of its free space the loaders may fill.
+SHARED_MEMORY = "/dev/shm"
+SHARED_MEMORY_SHARE = 0.8
+
+
+class SharedMemoryError(ValueError):
+    pass
+
+
+def batch_shared_bytes(total_seq_len: int, layers: int, hidden_size: int, fp8: bool) -> int:
+    """At most the shared memory one loader batch takes: speculators' collate builds every per-position buffer
+    ``total_seq_len`` long -- the captured layers' states (bf16; fp8 with two fp32 scales a token) and four int64
+    vectors (8B verifier, 9,216-token rows: 302 MB; Kimi-K2.5's: 529 MB)."""
+    states = layers * hidden_size * 2 if not fp8 else layers * hidden_size + 8
+    return total_seq_len * (states + 4 * 8)
+
+
+def loader_worker_count(requested: int | None, processes: int, batch_bytes: int, free_bytes: int | None) -> int:
+    """Loader workers per training process: ``requested``, or by default one per core left
+    (:func:`gpu_worker_count`) -- as many as the host's shared memory holds. Every worker holds
+    ``LOADER_PREFETCH + 1`` batches there (:func:`keep_memory_in`), for each of ``processes``;
+    ``free_bytes`` None: not known, not checked."""
+    wanted = gpu_worker_count(processes) if requested is None else requested
+    if free_bytes is None or not wanted:
+        return wanted
+    per_worker = batch_bytes * (LOADER_PREFETCH + 1) * max(1, processes)
+    fits = int(free_bytes * SHARED_MEMORY_SHARE // per_worker)
+    if requested is None:
+        return min(wanted, fits)
+    if requested > fits:
+        raise SharedMemoryError(
+            f"training dataloader_workers {requested} needs {requested * per_worker / 1e9:.1f} GB of shared memory "
+            f"({processes} process(es) x {LOADER_PREFETCH + 1} batches of {batch_bytes / 1e6:.0f} MB a worker) and "
+            f"{SHARED_MEMORY} has {free_bytes / 1e9:.1f} GB free: set dataloader_workers to at most {fits} (or unset "
+            "it), or give the host more shared memory (docker --shm-size, a Memory-backed emptyDir on Kubernetes)"
+        )
+    return requested
+
+
+def shared_memory_free(path: str = SHARED_MEMORY) -> int | None:
+    """Free bytes where workers put their batches; None where there is no such folder."""
+    import shutil
+
+    return shutil.disk_usage(path).free if os.path.isdir(path) else None
+
+
+def loader_flags(settings, data, on_cpu: bool) -> dict:
+    """speculators' ``num_workers`` and ``prefetch_factor`` for a run with ``settings`` (``TrainingSettings``:
+    ``dataloader_workers``, ``num_processes``, ``total_seq_len``) on ``data`` (its ``manifest``: the feature files'
+    layers, hidden size and dtype). On CPU, by default none: spawned loader processes cost more than they save
+    there; on GPU hosts speculators' fixed 12 left an H200 waiting for batches (:func:`loader_worker_count`)."""
+    requested = settings.dataloader_workers
+    if on_cpu and requested is None:
+        workers = 0
+    else:
+        manifest = data.manifest
+        fp8 = manifest.dtype == FP8
+        batch = batch_shared_bytes(settings.total_seq_len, len(manifest.layer_ids), manifest.hidden_size, fp8)
+        workers = loader_worker_count(requested, settings.num_processes, batch, shared_memory_free())
+    return {"num_workers": workers, "prefetch_factor": LOADER_PREFETCH}

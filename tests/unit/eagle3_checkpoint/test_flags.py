@@ -47,3 +47,19 @@ def test_gpu_only_kernels_are_refused_on_cpu_by_name(planned):
         _flags(planned, on_cpu=True, attention_impl="simple_flex_attention")
     with pytest.raises(ValueError, match="loss_implementation 'fused' is a GPU"):
         _flags(planned, on_cpu=True, loss_implementation="fused")
+
+
+def test_loader_workers_none_on_cpu_by_default_else_sized_to_the_shared_memory(planned):
+    from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import LOADER_PREFETCH, shared_memory_free
+
+    def loader(on_cpu, **settings):
+        argv = speculators_flags(TrainingSettings(total_seq_len=256, draft_vocab_size=64, **settings), *planned, on_cpu)
+        return int(argv[argv.index("--num-workers") + 1]), int(argv[argv.index("--prefetch-factor") + 1])
+
+    assert loader(True) == (0, LOADER_PREFETCH)
+    assert loader(True, dataloader_workers=2) == (2, LOADER_PREFETCH)  # a few KB a batch: fits anywhere
+    if shared_memory_free() is not None:
+        with pytest.raises(
+            ValueError, match=r"dataloader_workers 100000000 needs .* set dataloader_workers to at most"
+        ):
+            loader(False, dataloader_workers=100_000_000)

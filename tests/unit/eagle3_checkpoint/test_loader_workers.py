@@ -212,3 +212,30 @@ def test_closing_the_batches_pinned_ahead_early_stops_the_thread_before_it_retur
     assert not any(thread.name == "pinned-ahead" for thread in threading.enumerate())
     left = [batch["row"][0].item() for batch in source]
     assert left and left == list(range(10 - len(left), 10))  # the rest, untouched by a thread
+
+
+def test_a_batch_takes_its_rows_states_in_shared_memory_at_full_row_length():
+    assert loader_workers.batch_shared_bytes(9216, 4, 4096, fp8=False) == 9216 * (4 * 4096 * 2 + 32) == 302_284_800
+    assert loader_workers.batch_shared_bytes(9216, 4, 7168, fp8=False) == 528_777_216  # Kimi-K2.5's
+    assert loader_workers.batch_shared_bytes(9216, 4, 4096, fp8=True) == 9216 * (4 * 4096 + 8 + 32)
+
+
+def test_default_workers_are_as_many_as_the_shared_memory_holds(monkeypatch):
+    shadow(monkeypatch, loader_workers, "os", sched_getaffinity=lambda pid: set(range(16)))
+    batch = 300_000_000  # each worker holds LOADER_PREFETCH + 1 = 5 of them: 1.5 GB
+    assert loader_workers.loader_worker_count(None, 1, batch, 64_000_000_000) == 15  # 34 fit in 80 % of 64 GB
+    assert loader_workers.loader_worker_count(None, 1, batch, 10_000_000_000) == 5  # 8 GB usable / 1.5 GB
+    assert loader_workers.loader_worker_count(None, 2, batch, 10_000_000_000) == 2  # two processes share it
+    assert loader_workers.loader_worker_count(None, 1, batch, 1_000_000_000) == 0  # batches built in-process
+    assert loader_workers.loader_worker_count(None, 1, batch, None) == 15  # no /dev/shm to look at: not checked
+
+
+def test_workers_asked_for_beyond_the_shared_memory_are_refused_naming_the_setting_and_the_fix():
+    batch = 300_000_000
+    assert loader_workers.loader_worker_count(5, 1, batch, 10_000_000_000) == 5
+    with pytest.raises(loader_workers.SharedMemoryError) as refused:
+        loader_workers.loader_worker_count(6, 1, batch, 10_000_000_000)
+    message = str(refused.value)
+    assert "dataloader_workers 6 needs 9.0 GB of shared memory" in message
+    assert "/dev/shm has 10.0 GB free: set dataloader_workers to at most 5" in message and "--shm-size" in message
+    assert loader_workers.loader_worker_count(0, 1, batch, 0) == 0  # none asked for: nothing to hold
