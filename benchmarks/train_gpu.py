@@ -88,7 +88,7 @@ from benchmarks.train_variants import variant_commands  # noqa: E402
 from benchmarks.train_warmup import warm_compile  # noqa: E402
 from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
-from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import gpu_worker_count  # noqa: E402
+from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import loader_flags  # noqa: E402
 
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -198,7 +198,7 @@ def main() -> None:
         cpu_smoke(data, vocab, fp8, verifier, settings, work)
         return
 
-    workers = gpu_worker_count(settings.num_processes)
+    workers = loader_flags(settings, data, on_cpu=False)["num_workers"]  # ours: the CLI's `-wN` variant gets it too
     settings_loss = "fused" if settings.loss_implementation == "auto" else settings.loss_implementation
     peak = matmul_peak()
     # The probe's MFU against the job's peak: measured again in its process, right after another GPU process
