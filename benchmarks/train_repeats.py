@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 
 from benchmarks.train_runs import probe_run, timed_run
 from benchmarks.train_summary import Tally
@@ -120,7 +121,11 @@ class Repeats:
             if probe_log.loader_rates:
                 line += f", loader path alone {' '.join(f'{r:.0f}' for r in probe_log.loader_rates)} tok/s"
             if probe_log.real_rates:
-                line += f", steps on the real loader path {' '.join(f'{r:.0f}' for r in probe_log.real_rates)} tok/s"
+                real = probe_log.real_rates
+                line += (
+                    f", steps on the real loader path {' '.join(f'{r:.0f}' for r in real)} tok/s "
+                    f"(real_vs_resident={median(real) / rate:.3f})"
+                )
             return rate, startup, line
         log = timed_run(name, self.commands[name](save), save, epochs)
         rate, startup = self.timed_tokens / sum(log.epoch_durations(epochs)), log.startup_seconds()
