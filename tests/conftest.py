@@ -35,13 +35,26 @@ def _reads_the_later_demos(item) -> bool:
     return LATER_DEMOS in item.fixturenames or (callspec is not None and LATER_DEMOS in callspec.params.values())
 
 
+# The session's vLLM server is stopped by the test that checks a shared server's last user stops it: after every
+# other test of that server, and before the later demos' tests, which none of them uses.
+SESSION_SERVER = "vllm_server_config"
+
+
+def _order(item) -> int:
+    if _reads_the_later_demos(item):
+        if SESSION_SERVER in item.fixturenames:
+            raise pytest.UsageError(f"{item.nodeid} reads the later demos, which run after the session server stops")
+        return 2
+    return 1 if item.get_closest_marker("stops_session_server") else 0
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
 def pytest_collection_modifyitems(items):
     for item in items:
         kind = Path(item.path).relative_to(TESTS).parts[0]
         if kind in KINDS:
             item.add_marker(kind)
-    items.sort(key=_reads_the_later_demos)  # stable: the order is otherwise kept
+    items.sort(key=_order)  # stable: the order is otherwise kept
 
 
 @pytest.fixture
@@ -97,14 +110,17 @@ def vllm_server_config(tmp_path_factory):
 def vllm_server(vllm_server_config):
     """ONE real vLLM server on the tiny verifier for the whole run, started by the resource in the background."""
     from tests.helpers.background import InBackground
+    from tests.helpers.logs import Lines
     from tests.helpers.runs import stop_server
 
+    log = Lines()
     server = InBackground(
         "vllm-server",
-        vllm_server_config.serve,
+        lambda: vllm_server_config.serve(log=log),
         on_abort=lambda: stop_server(vllm_server_config.port, vllm_server_config.state_dir),
         after=_built("tiny-qwen3"),
     )
+    server.log = log  # what its launching step logged (the test that stops it reads it)
     yield server
     server.close()
 

@@ -3,6 +3,8 @@ the session's server, refusing another configuration on its port, a server share
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -48,28 +50,23 @@ def test_another_configuration_on_a_running_servers_port_is_refused(vllm_server_
         pass
 
 
-def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(tiny_verifier, tmp_path):
-    """A server two steps use: the launcher leaving keeps it up for the other; the last user stops it. What
-    the server computes is not looked at, so it runs eager (no compile before it is ready)."""
-    port = free_port()
-    server = VLLMServer(
-        model=str(tiny_verifier),
-        port=port,
-        max_model_len=2048,
-        state_dir=str(tmp_path),
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-        stop_grace_s=20,
-        extra_args=["--enforce-eager"],
-    )
+@pytest.mark.stops_session_server
+def test_a_shared_server_is_stopped_by_its_last_user_not_its_launcher(
+    vllm_server, vllm_server_config, vllm_server_urls
+):
+    """The session's server, which its fixture launched, used by this test as a second step (e.g. a second
+    partition's step in the same run): the launcher leaving keeps it up for this one; this last user stops it.
+    It runs after every other test of that server (tests/conftest.py)."""
     log = Lines()
-    launcher, attacher = server.serve(log=log), server.serve(log=log)
-    urls = launcher.__enter__()
+    attacher = vllm_server_config.serve(log=log)
+    urls = attacher.__enter__()
     try:
-        assert attacher.__enter__() == urls  # e.g. a second partition's step in the same run
+        assert urls == vllm_server_urls
+        vllm_server.close()  # the launching step leaves
+        assert "still used by 1 other step" in vllm_server.log.text()
+        assert httpx.get(urls[0].removesuffix("/v1") + "/health").status_code == 200
     finally:
-        launcher.__exit__(None, None, None)
-    assert "still used by 1 other step" in log.text()
-    assert httpx.get(urls[0].removesuffix("/v1") + "/health").status_code == 200
-    attacher.__exit__(None, None, None)
+        attacher.__exit__(None, None, None)
     assert "stopping pid" in log.text()
-    assert not port_in_use("127.0.0.1", port) and not list(tmp_path.glob("*.json"))
+    assert not port_in_use("127.0.0.1", vllm_server_config.port)
+    assert not list(Path(vllm_server_config.state_dir).glob("*.json"))
