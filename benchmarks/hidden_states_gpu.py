@@ -262,9 +262,11 @@ def main() -> None:
     timed_sets = [rows(job.samples, 1000 * (r + 1)) for r in range(args.repeats)]
     extractor = job.extractor()
     extractors = {"bf16": extractor}
-    if args.alt_host_buffers or args.alt_buffered_writes:
-        extractors["alt"] = job.extractor(host_buffers=args.alt_host_buffers or args.host_buffers)
+    if args.alt_host_buffers:
+        extractors["alt"] = job.extractor(host_buffers=args.alt_host_buffers)
         extractors["alt"].run(warmup, job.writer())
+    elif args.alt_buffered_writes:
+        extractors["alt"] = extractor  # only the sink differs: the same extractor, its buffers and kernels
     extractor.run(warmup, job.writer())  # allocator, kernels
     naive_loop(job.model, warmup[:1], layer_ids, job.writer(), job.device)
     equivalence = compare_paths(job.model, extractor, check, layer_ids, job.device)

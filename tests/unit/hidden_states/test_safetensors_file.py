@@ -10,16 +10,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from benchmarks.extraction_writes import page_aligned
 from eagle_assets.core.files import file_sha256
 from eagle_assets.core.layout import FEATURE_FILE_ALIGN
 from eagle_assets.hidden_states.safetensors_file import write_safetensors, written_digest
-
-
-def page_aligned(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``'s values in memory starting at a multiple of FEATURE_FILE_ALIGN, as a pinned host buffer's do."""
-    room = torch.empty(tensor.nbytes + FEATURE_FILE_ALIGN, dtype=torch.uint8)
-    start = -room.data_ptr() % FEATURE_FILE_ALIGN
-    return room[start : start + tensor.nbytes].view(tensor.dtype).view(tensor.shape).copy_(tensor)
 
 
 def sample(tokens: int, hidden: int, fp8: bool) -> dict:
