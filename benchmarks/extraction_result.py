@@ -62,6 +62,8 @@ def result_fields(job, equivalence: dict, rates: dict[str, list], fp8_cosine: fl
     }
     result["host_buffers"] = args.host_buffers
     result["host_wait_s_per_run"] = [round(w, 2) for w in rates["host_wait_s"]]
+    # The writes a run waits for after its last forward: once per run, however long the run.
+    result["drain_s_per_run"] = [round(d, 2) for d in rates["drain_s"]]
     if rates["alt"]:
         result.update(
             alt_host_buffers=args.alt_host_buffers or args.host_buffers,
@@ -92,6 +94,7 @@ def fp8_fields(rates: dict[str, list], fp8_cosine: float) -> dict:
         "fp8_vs_bf16_bytes_ratio": round(med(fp8_bytes) / med(rates["bytes_per_token"]), 4),
         "fp8_vs_bf16_extract_ratio": round(med(fp8) / med(rates["extract"]), 3),
         "fp8_extract_vs_forward_ratio": round(med(fp8) / med(rates["forward"]), 3),
+        "fp8_drain_s_per_run": [round(d, 2) for d in rates["fp8_drain_s"]],
     }
 
 

@@ -9,7 +9,7 @@ buffers are; then ``--threads`` threads (the extractor's writer-thread count) ha
 rotating order per repeat:
 
 - ``sink``: the asset's writer (checks, safetensors with the states written ``O_DIRECT``, sha256 of the header
-  read back and the data from memory, fsync, atomic rename), bf16;
+  and the data hashed from memory while they go, fsync, atomic rename), bf16;
 - ``sink-buffered``: the same writer with every byte through the page cache;
 - ``sink-fp8``: the same writer storing fp8 states quantized before timing (the extractor quantizes on the GPU);
 - ``save``: ``safetensors.torch.save_file`` alone (page cache, no hash, no fsync);

@@ -203,6 +203,7 @@ def time_repeat(job: Job, extractors: dict, timed_rows, repeat: int, rates: dict
         written = sum(w.bytes for w in sink.written.values())
         rates["extract"].append(tokens / seconds)
         rates["host_wait_s"].append(extractor.host_wait_s)
+        rates["drain_s"].append(extractor.drain_s)
         rates["extract_mfu"].append(flops / seconds)
         rates["written"].append(written / seconds)
         rates["bytes_per_token"].append(written / tokens)
@@ -211,6 +212,7 @@ def time_repeat(job: Job, extractors: dict, timed_rows, repeat: int, rates: dict
         sink = job.writer("fp8")
         seconds = timed(lambda: fp8_extractor.run(timed_rows, sink), device)
         rates["fp8"].append(tokens / seconds)
+        rates["fp8_drain_s"].append(fp8_extractor.drain_s)
         rates["fp8_bytes_per_token"].append(sum(w.bytes for w in sink.written.values()) / tokens)
         print(f"repeat {repeat + 1}: extract fp8 {rates['fp8'][-1]:.0f} tok/s", flush=True)
 

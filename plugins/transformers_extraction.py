@@ -103,6 +103,8 @@ class HiddenStateExtractor:
         self.host_buffers = host_buffers
         # Seconds the last run's forward loop waited for a host buffer: the writes holding the GPU back.
         self.host_wait_s = 0.0
+        # Seconds from the last run's last forward until its writes settled: what the writes add to a run's end.
+        self.drain_s = 0.0
         self.device = next(model.parameters()).device
         self.cuda = self.device.type == "cuda"
         layers = decoder_layers(model, num_layers)
@@ -170,7 +172,8 @@ class HiddenStateExtractor:
         errors: list[BaseException] = []
         counts = {"samples": 0, "tokens": 0}
         lock = threading.Lock()
-        self.host_wait_s = 0.0
+        self.host_wait_s = self.drain_s = 0.0
+        forwarded = None
         pool = ThreadPoolExecutor(self.writer_threads, thread_name_prefix="hidden-states-writer")
 
         def write(host, ready, sample_view, scales_view, i, remaining):
@@ -249,8 +252,12 @@ class HiddenStateExtractor:
                         pool.submit(
                             write, host, ready, views[0][b], None if views[1] is None else views[1][b], i, remaining
                         )
+            if self.cuda:
+                torch.cuda.current_stream(self.device).synchronize()  # the last forward done, not just launched
+            forwarded = time.perf_counter()
         finally:
             pool.shutdown(wait=True)
+            self.drain_s = time.perf_counter() - forwarded if forwarded is not None else 0.0
             for handle in handles:
                 handle.remove()
             self._target = None

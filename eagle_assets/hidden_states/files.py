@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from eagle_assets.core.files import atomic_path, combined_hash, file_sha256
 from eagle_assets.core.layout import BF16, FEATURE_DTYPES, FP8, TENSORS_DIR
-from eagle_assets.hidden_states.safetensors_file import write_safetensors, written_digest
+from eagle_assets.hidden_states.safetensors_file import write_safetensors
 
 # speculators' training config ``data.hidden_states_backend`` (hs-connectors' backend registry)
 # that reads each storage dtype from the same folder layout; "fp8" dequantizes to bf16 on load.
@@ -131,15 +131,13 @@ def write_sample(folder: Path, cid: str, tensors: dict, direct: bool = True) -> 
     """Write one sample's tensors atomically; returns (path relative to ``folder``, sha256, bytes).
 
     The states go from memory to the disk without the page cache where it can (and ``direct``:
-    :func:`~eagle_assets.hidden_states.safetensors_file.write_safetensors`), without the GIL; the hash
-    covers the header read back and the data from memory (``written_digest``), the whole file read back
-    where they disagree.
+    :func:`~eagle_assets.hidden_states.safetensors_file.write_safetensors`), without the GIL, hashed from
+    memory meanwhile; the whole file is read back where the file on disk is not what was hashed.
     """
     rel = relative_path(cid)
     tensors = {name: t.contiguous() for name, t in tensors.items()}
     with atomic_path(Path(folder) / rel) as tmp:
-        write_safetensors(tmp, tensors, direct)
-        sha = written_digest(tmp, tensors) or file_sha256(tmp)
+        sha = write_safetensors(tmp, tensors, direct).sha256 or file_sha256(tmp)
         size = tmp.stat().st_size
     return rel, sha, size
 

@@ -60,10 +60,11 @@ def test_nan_states_are_refused_with_the_row_named(tmp_path):
 @pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("tokens", [37, 1])
 def test_a_files_recorded_sha256_is_the_files_own(tmp_path, dtype, tokens):
-    """The sink hashes the header it reads back and the data from memory: the same digest as the file's."""
+    """The sink hashes the tensors from memory while they are written: the same digest as the file's, and only
+    while the file on disk is what was hashed."""
     from eagle_assets.core.files import file_sha256
     from eagle_assets.hidden_states.files import encode_sample, write_sample
-    from eagle_assets.hidden_states.safetensors_file import written_digest
+    from eagle_assets.hidden_states.safetensors_file import layout, on_disk_as_hashed
 
     torch.manual_seed(0)
     states = torch.randn(tokens, 4, 24, dtype=torch.bfloat16)
@@ -71,6 +72,9 @@ def test_a_files_recorded_sha256_is_the_files_own(tmp_path, dtype, tokens):
     rel, sha, size = write_sample(tmp_path, "abc", tensors)
     path = tmp_path / rel
     assert sha == file_sha256(path) and size == path.stat().st_size
+    prefix, _ = layout(tensors)
+    assert on_disk_as_hashed(path, prefix, size)
     with open(path, "ab") as fh:  # a file that is not the tensors' bytes back to back: no digest from memory
         fh.write(b"\0")
-    assert written_digest(path, tensors) is None
+    assert not on_disk_as_hashed(path, prefix, size)
+    assert not on_disk_as_hashed(path, prefix.replace(b'"', b"'", 1), size - 1)  # another header, the right size

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from benchmarks.extraction_writes import page_aligned
 from eagle_assets.core.files import file_sha256
 from eagle_assets.core.layout import FEATURE_FILE_ALIGN
-from eagle_assets.hidden_states.safetensors_file import write_safetensors, written_digest
+from eagle_assets.hidden_states.safetensors_file import write_safetensors
 
 
 def sample(tokens: int, hidden: int, fp8: bool) -> dict:
@@ -43,7 +43,7 @@ def test_the_file_loads_back_with_the_states_aligned_whichever_way_it_was_writte
     files = {}
     for name, given, direct in (("unaligned", tensors, True), ("buffered", aligned, False), ("direct", aligned, True)):
         path = files[name] = tmp_path / f"{name}.safetensors"
-        direct_bytes = write_safetensors(path, given, direct)
+        direct_bytes, sha = write_safetensors(path, given, direct)
         states_bytes = tensors["hidden_states"].nbytes
         expected = (
             states_bytes - states_bytes % FEATURE_FILE_ALIGN if name == "direct" and direct_writes_here(tmp_path) else 0
@@ -59,7 +59,7 @@ def test_the_file_loads_back_with_the_states_aligned_whichever_way_it_was_writte
             assert sorted(fh.keys()) == sorted(tensors)
         with open(path, "rb") as fh:
             assert (8 + int.from_bytes(fh.read(8), "little")) % FEATURE_FILE_ALIGN == 0  # the states start aligned
-        assert written_digest(path, given) == file_sha256(path)
+        assert sha == file_sha256(path)
     assert len({file_sha256(path) for path in files.values()}) == 1  # the same bytes, whichever path they took
 
 
@@ -67,8 +67,8 @@ def test_the_large_aligned_states_go_with_o_direct_where_the_file_system_takes_i
     if not direct_writes_here(tmp_path):
         pytest.skip(f"{tmp_path}'s file system refuses O_DIRECT (tmpfs before Linux 6.6): every byte is buffered")
     states = page_aligned(torch.randn(2048, 4, 512).to(torch.bfloat16))
-    direct = write_safetensors(tmp_path / "x.safetensors", {"hidden_states": states, "token_ids": torch.arange(2048)})
-    assert direct == states.nbytes  # 2048 tokens x 4 KiB: all of it
+    written = write_safetensors(tmp_path / "x.safetensors", {"hidden_states": states, "token_ids": torch.arange(2048)})
+    assert written.direct_bytes == states.nbytes  # 2048 tokens x 4 KiB: all of it
 
 
 def test_every_tensor_starts_aligned_to_its_element_size_even_when_the_states_size_is_odd(tmp_path):

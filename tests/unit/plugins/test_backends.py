@@ -122,7 +122,9 @@ def test_extraction_hooks_only_the_captured_layers_and_removes_them(quick_tiny_v
     assert all(not layer._forward_hooks for layer in model.layers)  # our hooks are gone after the run
 
 
-def test_a_slow_sink_holds_the_forward_loop_on_its_host_buffers_and_the_wait_is_counted(quick_tiny_verifier):
+def test_a_slow_sink_holds_the_forward_loop_on_its_host_buffers_and_the_wait_and_drain_are_counted(
+    quick_tiny_verifier,
+):
     import time
 
     from eagle_assets.plugins.transformers_extraction import HiddenStateExtractor
@@ -140,8 +142,10 @@ def test_a_slow_sink_holds_the_forward_loop_on_its_host_buffers_and_the_wait_is_
     extractor.run([(k, list(range(1, 9))) for k in "abc"], sink)  # one 8-token row per batch, one buffer
     assert sorted(seen) == ["a", "b", "c"]
     assert extractor.host_wait_s > 0.3  # the 2nd and 3rd batches waited for the 1st and 2nd writes
+    assert extractor.drain_s >= 0.45  # the last batch's write, after the last forward
     extractor.run([("d", [1, 2, 3])], sink)
     assert extractor.host_wait_s < 0.1  # counted per run
+    assert 0.45 <= extractor.drain_s < 1.0
 
 
 def test_a_failing_sink_surfaces_its_error(quick_tiny_verifier):
