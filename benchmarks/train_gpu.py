@@ -85,7 +85,7 @@ from benchmarks.train_repeats import Repeats  # noqa: E402
 from benchmarks.train_runs import StampedLog, tokens_per_epoch  # noqa: E402
 from benchmarks.train_summary import report_missing, result_line, summary_lines  # noqa: E402
 from benchmarks.train_variants import variant_commands  # noqa: E402
-from benchmarks.train_warmup import warm_compile  # noqa: E402
+from benchmarks.train_warmup import first_run_bounds, warm_compile  # noqa: E402
 from eagle_assets.eagle3_checkpoint import trainer  # noqa: E402
 from eagle_assets.eagle3_checkpoint.settings import TrainingSettings  # noqa: E402
 from eagle_assets.eagle3_checkpoint.trainer_process.loader_workers import loader_flags  # noqa: E402
@@ -240,8 +240,8 @@ def main() -> None:
         shape=args.shape,
     )
     warm_ups = warm_compile(commands, names, work, args.warm_compile) if args.warm_compile else []
-    compiled_s = {warm.name: warm.compiled_s for warm in warm_ups if warm.compiled_s is not None}
-    tally = Repeats(args, commands, work, epoch_tokens, settings_loss, started).run(names, setup_key, compiled_s)
+    bounds = first_run_bounds(warm_ups, names)
+    tally = Repeats(args, commands, work, epoch_tokens, settings_loss, started).run(names, setup_key, bounds)
     report_missing(names, tally, args.once, args.repeats, args.time_budget_s)
     names = [name for name in names if tally.rates[name]]
     summary = [warm.line for warm in warm_ups] + summary_lines(names, tally, settings_loss)

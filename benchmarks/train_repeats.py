@@ -55,14 +55,14 @@ class Repeats:
         self.started = started
         self.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
 
-    def run(self, names: list[str], setup_key: dict, warm_up_seconds: dict[str, float] | None = None) -> Tally:
+    def run(self, names: list[str], setup_key: dict, warm_up_bounds: dict[str, float] | None = None) -> Tally:
         """Every run not in the runs file, in rotating order, until the budget stops the rotation.
-        ``warm_up_seconds`` (a variant's compile time in ``--warm-compile``) bounds a run not yet measured."""
+        ``warm_up_bounds`` (``train_warmup.first_run_bounds``) bounds a run not yet measured."""
         tally = Tally(names)
         finished = load_finished(self.args.runs_file, setup_key)
         run_seconds: dict[str, float] = {}
         # A variant's length as known before this job: its last run in the runs file, else its warm-up.
-        known = dict(warm_up_seconds or {})
+        known = dict(warm_up_bounds or {})
         known.update({name: record["seconds"] for (_, name), record in sorted(finished.items())})
         stopped = False
         for repeat in range(self.args.repeats):

@@ -27,12 +27,21 @@ from eagle_assets.eagle3_checkpoint.trainer import process_env
 
 
 class WarmUp(NamedTuple):
-    """How one variant's warm-up ended: its printed line, and the seconds its compilation took (``None`` when
-    it did not finish), which bound a warm run's length until one has run."""
+    """How one variant's warm-up ended: its printed line, and the seconds a first timed run takes at least, until
+    one has run: its compilation's, or the limit that stopped it still compiling (``None``: it exited first)."""
 
     name: str
     line: str
-    compiled_s: float | None
+    bound_s: float | None
+
+
+def first_run_bounds(warm_ups: list[WarmUp], names: list[str]) -> dict[str, float]:
+    """Each variant's :attr:`WarmUp.bound_s`; the probes, never warmed up, take ``ours``' (they compile what it
+    does)."""
+    bounds = {warm.name: warm.bound_s for warm in warm_ups if warm.bound_s is not None}
+    if "ours" in bounds:
+        bounds.update({name: bounds["ours"] for name in names if name in PROBE_VARIANTS})
+    return bounds
 
 
 def _compiled(log: Path) -> bool:
@@ -86,7 +95,8 @@ def warm_compile(
             if not ended:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            ended_warm_ups.append(WarmUp(name, f"warm-up {name}: {outcome}", elapsed if compiled else None))
+            bound = elapsed if compiled or not ended else None
+            ended_warm_ups.append(WarmUp(name, f"warm-up {name}: {outcome}", bound))
             print(ended_warm_ups[-1].line, flush=True)
             shutil.rmtree(log.parent, ignore_errors=True)  # its epoch-1 checkpoint of an 8B-shaped draft is GBs
             del running[name]

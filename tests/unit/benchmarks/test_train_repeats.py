@@ -35,7 +35,7 @@ def test_a_first_run_is_bounded_by_the_runs_file_and_the_warm_up_not_taken_as_fr
         json.dumps(dict(setup={}, repeat=0, name="a", tokens_per_s=1.0, startup_s=1.0, line="a", seconds=80.0))
     )
 
-    def job(names, warm_up_seconds):
+    def job(names, warm_up_bounds):
         done = []
 
         class Timed(Repeats):
@@ -44,7 +44,7 @@ def test_a_first_run_is_bounded_by_the_runs_file_and_the_warm_up_not_taken_as_fr
                 return 1.0
 
         args = types.SimpleNamespace(repeats=2, once=[], time_budget_s=150.0, runs_file=runs_file)
-        Timed(args, {}, tmp_path, [1], "fused", started=time.perf_counter() - 100).run(names, {}, warm_up_seconds)
+        Timed(args, {}, tmp_path, [1], "fused", started=time.perf_counter() - 100).run(names, {}, warm_up_bounds)
         return done
 
     assert job(["a"], None) == []  # repeat 1 of a is in the file; repeat 2 would take ~80 s

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from benchmarks.train_warmup import warm_compile
+from benchmarks.train_warmup import first_run_bounds, warm_compile
 
 TRAINER = """
 import subprocess, sys, time
@@ -43,8 +43,13 @@ def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
     assert sorted(line.split(":")[0] for line in lines) == ["warm-up ours", "warm-up speculators"]
     (ours,) = [line for line in lines if line.startswith("warm-up ours")]
     assert "compiled in" in ours
-    compiled_s = {warm.name: warm.compiled_s for warm in warm_ups}
-    assert 0 < compiled_s["ours"] < 30 and compiled_s["speculators"] is None  # what bounds a first timed run
+    bound_s = {warm.name: warm.bound_s for warm in warm_ups}
+    assert 0 < bound_s["ours"] < 30 and bound_s["speculators"] is None  # what bounds a first timed run
+    # The probe, never warmed up, compiles what ours does: ours' bound is its own.
+    assert first_run_bounds(warm_ups, ["ours", "speculators", "gpu-bound"]) == {
+        "ours": bound_s["ours"],
+        "gpu-bound": bound_s["ours"],
+    }
     (theirs,) = [line for line in lines if line.startswith("warm-up speculators")]
     assert "exited 3" in theirs and "CUDA out of memory" in theirs
     assert not (tmp_path / "warm-ours").exists()  # nothing of a warm-up is kept
@@ -58,7 +63,9 @@ def test_each_variant_stops_after_its_first_epoch_with_its_children(tmp_path):
 def test_a_variant_still_compiling_at_the_limit_is_stopped(tmp_path):
     slow = {"ours": lambda save: [sys.executable, "-c", "import time; time.sleep(600)"]}
     (warm,) = warm_compile(slow, ["ours"], tmp_path, limit_s=2)
-    assert "stopped at the 2s limit" in warm.line and warm.compiled_s is None
+    # Its first timed run would compile at least as long: the limit bounds it, and the probes with it.
+    assert "stopped at the 2s limit" in warm.line and 2 <= warm.bound_s < 10
+    assert first_run_bounds([warm], ["ours", "gpu-bound"]) == {"ours": warm.bound_s, "gpu-bound": warm.bound_s}
 
 
 def test_a_job_killed_during_the_warm_up_leaves_no_trainer(tmp_path):
@@ -71,7 +78,7 @@ def test_a_job_killed_during_the_warm_up_leaves_no_trainer(tmp_path):
 import sys
 from pathlib import Path
 sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
-from benchmarks.train_warmup import warm_compile
+from benchmarks.train_warmup import first_run_bounds, warm_compile
 warm_compile({{"ours": lambda save: [sys.executable, "-c", {trainer!r}]}}, ["ours"], Path({str(tmp_path)!r}), 600)
 """
     process = subprocess.Popen([sys.executable, "-c", job])
