@@ -77,4 +77,5 @@ def test_a_files_recorded_sha256_is_the_files_own(tmp_path, dtype, tokens):
     with open(path, "ab") as fh:  # a file that is not the tensors' bytes back to back: no digest from memory
         fh.write(b"\0")
     assert not on_disk_as_hashed(path, prefix, size)
-    assert not on_disk_as_hashed(path, prefix.replace(b'"', b"'", 1), size - 1)  # another header, the right size
+    assert on_disk_as_hashed(path, prefix, size + 1)  # the check is the header's bytes and the size given
+    assert not on_disk_as_hashed(path, prefix.replace(b'"', b"'", 1), size + 1)  # another header, the file's size
