@@ -106,7 +106,7 @@ def print_result(result: dict, job, fp8: bool) -> None:
         f"result shape={result['shape']} rows={job.low}-{job.high} batch_tokens={job.batch_tokens} "
         f"extract_vs_forward_ratio={result['extract_vs_forward_ratio']} "
         f"capture_vs_forward_ratio={result['capture_vs_forward_ratio']} extract_tok_s={result['extract_tok_s']} "
-        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']}"
+        f"forward_same_rows_tok_s={result['forward_same_rows_tok_s']} drain_s={med(result['drain_s_per_run']):.2f}"
         + (f" fp8_extract_vs_forward_ratio={result['fp8_extract_vs_forward_ratio']}" if fp8 else ""),
         flush=True,
     )
