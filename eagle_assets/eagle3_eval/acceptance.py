@@ -14,6 +14,7 @@ import pyarrow as pa
 from eagle_assets.core.files import combined_hash, write_json, write_parquet
 from eagle_assets.core.layout import EVAL_REPORT_FILE, EVAL_REQUESTS_FILE, EVAL_TRACE_PLOT_FILE, GREEDY_OUTPUTS_FILE
 from eagle_assets.eagle3_eval.evaluate import evaluate
+from eagle_assets.eagle3_eval.greedy_outputs import greedy_outputs
 from eagle_assets.eagle3_eval.numbers import Evaluation
 from eagle_assets.eagle3_eval.per_request import AGREEMENT
 from eagle_assets.eagle3_eval.plan import EvalPlan
@@ -24,18 +25,6 @@ from eagle_assets.eagle3_eval.suite_sets import HELDOUT_SUITE, OOD_SUITE, SuiteS
 from eagle_assets.eagle3_eval.suite_summary import SuiteSummary, summarize
 from eagle_assets.eagle3_eval.sweep import Sweep
 from eagle_assets.resources import Verifier, VLLMServer
-
-OUTPUTS_SCHEMA = pa.schema(
-    [
-        ("eval_set", pa.string()),
-        ("prompt_id", pa.string()),
-        ("prompt_token_ids", pa.list_(pa.int32())),
-        ("token_ids", pa.list_(pa.int32())),
-        ("finish_reason", pa.string()),
-        ("turn", pa.int32()),
-    ]
-)
-
 
 # The report's (and the materialization's) name for what the measurement depends on (eagle3_eval.reuse).
 MEASUREMENT_KEY = "measurement_key"
@@ -209,31 +198,6 @@ def build_report(
     built = EvalReport(plan, labels, numbers, report, folder, requests_table(rows), summaries, evaluation.sweep)
     report["data_version"] = built.data_version
     return built
-
-
-def greedy_outputs(plan: EvalPlan, evaluation: Evaluation) -> pa.Table:
-    """The verifier's greedy outputs the numbers were measured on (to re-simulate other drafts on them)."""
-    served_sets = [
-        (plan.heldout.name, evaluation.served),
-        (plan.ood.name, evaluation.ood),
-        *evaluation.suites.items(),
-    ]
-    return pa.Table.from_pylist(
-        [
-            {
-                "eval_set": name,
-                "prompt_id": r["prompt_id"],
-                "prompt_token_ids": r["prompt_token_ids"],
-                "token_ids": r["token_ids"],
-                "finish_reason": r["finish_reason"],
-                "turn": r.get("turn", -1),
-            }
-            for name, served in served_sets
-            if served is not None
-            for r in served.ok_rows
-        ],
-        schema=OUTPUTS_SCHEMA,
-    )
 
 
 def write_report(report: EvalReport, outputs: pa.Table) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from eagle_assets.core.files import combined_hash
-from eagle_assets.eagle3_eval.acceptance import OUTPUTS_SCHEMA, build_report, greedy_outputs, write_report
+from eagle_assets.eagle3_eval.acceptance import build_report, write_report
 from eagle_assets.eagle3_eval.eval_sets import EvalSet
+from eagle_assets.eagle3_eval.greedy_outputs import OUTPUTS_SCHEMA, greedy_outputs
 from eagle_assets.eagle3_eval.metrics import SpecDecodeCounters
 from eagle_assets.eagle3_eval.numbers import Evaluation, acceptance_table
 from eagle_assets.eagle3_eval.plan import EvalPlan
