@@ -18,17 +18,22 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# The CPU torch wheel first, so nothing pulls a multi-GB CUDA build.
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[cpu,test]"
+	# The CPU torch wheel first, so nothing pulls a multi-GB CUDA build. pip byte-compiles on one core; the
+	# compileall below does the same on every core (a fresh install in 87 s instead of 114 s on 2 cores).
+	$(BIN)/pip install -q --no-compile "torch==2.13.0"
+	$(BIN)/pip install -q --no-compile -e ".[cpu,test]"
 	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside CPU torch.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	# As pip's own compile does, it passes over files written for other Python versions (torch's py312 tests).
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $(STAMP)
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/eagle-assets demo --verifier $(VERIFIER)
 
-# Code health first (seconds), then the suite.
+# Code health first (seconds), then the suite. The suite starts ~150 Python processes over the same sources:
+# they share the project's compiled bytecode instead of each compiling it again.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
