@@ -40,12 +40,20 @@ def _reads_the_later_demos(item) -> bool:
 SESSION_SERVER = "vllm_server_config"
 
 
-def _order(item) -> int:
+def _phase(item) -> int:
     if _reads_the_later_demos(item):
         if SESSION_SERVER in item.fixturenames:
             raise pytest.UsageError(f"{item.nodeid} reads the later demos, which run after the session server stops")
         return 2
     return 1 if item.get_closest_marker("stops_session_server") else 0
+
+
+def _order(item) -> tuple[int, int]:
+    """The phase, then the unit tests, the ``early`` ones (long waits on processes of their own, at about one
+    core's pace: right after the unit tests they run beside the demo chain, not after it), the rest."""
+    if item.get_closest_marker("unit"):
+        return _phase(item), 0
+    return _phase(item), 1 if item.get_closest_marker("early") else 2
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
+import pytest
 
 from eagle_assets.core.files import file_sha256
 from eagle_assets.core.layout import index_file, prompts_file, samples_folder, sequences_file
@@ -38,6 +39,7 @@ from tests.helpers.runs import (
 GRAPH = "prompts,reasoning_samples,token_sequences,hidden_states"
 
 
+@pytest.mark.early
 def test_sigkilled_materialize_during_samples_then_hidden_states_next_run_completes(
     tmp_path, vllm_server_urls, tiny_verifier
 ):
@@ -145,6 +147,7 @@ def _holder_config(tmp_path: Path, root: Path) -> Path:
     )
 
 
+@pytest.mark.early
 def test_daemon_marks_a_killed_run_failed_and_frees_its_slot_without_any_command(tmp_path):
     home = dagster_home(tmp_path, poll_s=1, free_slots_s=1)
     instance = instance_at(home)
@@ -197,6 +200,7 @@ with dg.DagsterInstance.get() as instance, in_process_runs(instance, by="test") 
 """
 
 
+@pytest.mark.early
 def test_an_in_process_run_waiting_on_the_gpu_pool_says_who_holds_it_and_stops_on_sigterm(tmp_path):
     home = dagster_home(tmp_path)
     instance = instance_at(home)
@@ -275,6 +279,7 @@ dg.materialize(
 FLUSH_INTERVAL_S = 2.0
 
 
+@pytest.mark.early
 def test_a_kill_regenerates_at_most_one_flush_interval_of_answered_rows(tmp_path, vllm_server_urls, tiny_verifier):
     clock, answered_at = answer_clock(vllm_server_urls[0])
     log = tmp_path / "run.log"
