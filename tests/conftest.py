@@ -51,9 +51,8 @@ def _phase(item) -> int:
 def _order(item) -> tuple[int, int]:
     """The phase, then the unit tests, the ``early`` ones (long waits on processes of their own, at about one
     core's pace: right after the unit tests they run beside the demo chain, not after it), the rest."""
-    if item.get_closest_marker("unit"):
-        return _phase(item), 0
-    return _phase(item), 1 if item.get_closest_marker("early") else 2
+    rank = 0 if item.get_closest_marker("unit") else 1 if item.get_closest_marker("early") else 2
+    return _phase(item), rank
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
